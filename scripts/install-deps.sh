@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what building and testing gccl needs on Debian 12, when missing.
+# Usage: scripts/install-deps.sh [--bench-only]
+set -euo pipefail
+pkgs=(build-essential cmake ninja-build pkg-config)
+if [[ "${1:-}" != "--bench-only" ]]; then
+  pkgs+=(libgtest-dev openmpi-bin libopenmpi-dev libzstd-dev)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

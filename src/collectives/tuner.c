@@ -1,0 +1,58 @@
+/* tuner.c — the one place that chooses an algorithm. */
+#include <strings.h>
+
+#include "coll.h"
+
+static const char* const algo_names[ALGO_COUNT] = {"ring", "rhd", "tree", "direct"};
+
+const char* algo_name(enum coll_algo algo) {
+  return (algo >= 0 && algo < ALGO_COUNT) ? algo_names[algo] : "auto";
+}
+
+enum coll_algo algo_from_name(const char* name) {
+  if (name)
+    for (int a = 0; a < ALGO_COUNT; a++)
+      if (!strcasecmp(name, algo_names[a])) return (enum coll_algo)a;
+  return ALGO_AUTO;
+}
+
+const char* coll_kind_name(enum coll_kind kind) {
+  static const char* const names[COLL_NKINDS] = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce"};
+  return (kind >= 0 && kind < COLL_NKINDS) ? names[kind] : "unknown collective";
+}
+
+int coll_has_algo(enum coll_kind kind, enum coll_algo algo, int shares_address_space) {
+  if (algo == ALGO_DIRECT) return shares_address_space;
+  switch (kind) {
+    case COLL_ALLREDUCE: return algo == ALGO_RING || algo == ALGO_RHD || algo == ALGO_TREE;
+    case COLL_ALLGATHER:
+    case COLL_REDUCESCATTER: return algo == ALGO_RING;
+    case COLL_BROADCAST:
+    case COLL_REDUCE: return algo == ALGO_TREE;
+    default: return 0;
+  }
+}
+
+/* Latency-bound below this many bytes: log p hops beat 2(p-1) ring steps. */
+#define TUNER_TREE_MAX_BYTES (64u << 10)
+/* Rabenseifner's halving-doubling moves the ring's volume in 2 log p steps; the ring
+ * wins for large vectors on non-power-of-two counts where rhd pays the fold. */
+#define TUNER_RHD_MAX_BYTES (4u << 20)
+
+enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int shares_address_space,
+                            enum coll_algo forced) {
+  if (forced != ALGO_AUTO && coll_has_algo(kind, forced, shares_address_space)) return forced;
+  /* Threads of one process: every rank reads its peers' buffers once, no copies in
+   * flight — the fastest path at every size measured (BENCHMARKS.md). */
+  if (shares_address_space) return ALGO_DIRECT;
+  switch (kind) {
+    case COLL_ALLREDUCE: {
+      if (bytes <= TUNER_TREE_MAX_BYTES) return ALGO_TREE;
+      int pow2 = (nranks & (nranks - 1)) == 0;
+      return (pow2 || bytes <= TUNER_RHD_MAX_BYTES) ? ALGO_RHD : ALGO_RING;
+    }
+    case COLL_ALLGATHER:
+    case COLL_REDUCESCATTER: return ALGO_RING;
+    default: return ALGO_TREE;
+  }
+}

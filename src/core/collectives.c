@@ -1,0 +1,44 @@
+/* collectives.c — the public dense collectives: build the call, check it, launch it. */
+#include "../common/result.h"
+#include "comm.h"
+
+static gcclResult_t launch(gcclComm_t comm, const struct coll_args* a, gcclStream_t stream, const char* fn) {
+  gcclResult_t res = argcheck_collective(comm, a, fn);
+  if (res == gcclSuccess && stream && !stream_valid(stream))
+    res = err_set(gcclInvalidArgument, "%s: stream is not a live gcclStream_t", fn);
+  if (res != gcclSuccess) return comm_fail(comm, res);
+  return enqueue_collective(comm, a, stream);
+}
+
+/* Fields a collective does not use are fixed (op = sum, root = 0) so that the
+ * agreement step compares only what matters. */
+
+gcclResult_t gcclAllReduce(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t datatype,
+                           gcclRedOp_t op, gcclComm_t comm, gcclStream_t stream) {
+  struct coll_args a = {COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0};
+  return launch(comm, &a, stream, "gcclAllReduce");
+}
+
+gcclResult_t gcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, gcclDataType_t datatype,
+                           gcclComm_t comm, gcclStream_t stream) {
+  struct coll_args a = {COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, gcclSum, 0};
+  return launch(comm, &a, stream, "gcclAllGather");
+}
+
+gcclResult_t gcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, gcclDataType_t datatype,
+                               gcclRedOp_t op, gcclComm_t comm, gcclStream_t stream) {
+  struct coll_args a = {COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0};
+  return launch(comm, &a, stream, "gcclReduceScatter");
+}
+
+gcclResult_t gcclBroadcast(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t datatype, int root,
+                           gcclComm_t comm, gcclStream_t stream) {
+  struct coll_args a = {COLL_BROADCAST, sendbuff, recvbuff, count, datatype, gcclSum, root};
+  return launch(comm, &a, stream, "gcclBroadcast");
+}
+
+gcclResult_t gcclReduce(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t datatype, gcclRedOp_t op,
+                        int root, gcclComm_t comm, gcclStream_t stream) {
+  struct coll_args a = {COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root};
+  return launch(comm, &a, stream, "gcclReduce");
+}

@@ -1,0 +1,238 @@
+/* comm.c — communicators: creation, destruction, abort, queries, errors. */
+#include "comm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "../common/arena.h"
+#include "../common/dtype.h"
+#include "../common/env.h"
+#include "../common/log.h"
+#include "../common/result.h"
+#include "../transport/local.h"
+
+#define DEFAULT_TIMEOUT_MS 300000
+
+gcclResult_t comm_fail(gcclComm_t comm, gcclResult_t result) {
+  if (result != gcclSuccess && comm && comm->magic == COMM_MAGIC) {
+    pthread_mutex_lock(&comm->mu);
+    snprintf(comm->last_error, sizeof comm->last_error, "%s", err_last());
+    pthread_mutex_unlock(&comm->mu);
+  }
+  return result;
+}
+
+const char* gcclGetLastError(gcclComm_t comm) {
+  if (comm && comm->magic == COMM_MAGIC) return comm->last_error;
+  return err_last();
+}
+
+gcclResult_t gcclGetVersion(int* version) {
+  if (!version) return err_set(gcclInvalidArgument, "gcclGetVersion: version is NULL");
+  *version = GCCL_VERSION_CODE;
+  return gcclSuccess;
+}
+
+/* ---- unique ids ------------------------------------------------------------- */
+
+static const char ID_MAGIC[8] = "gcclID01";
+
+gcclResult_t gcclGetUniqueId(gcclUniqueId* id) {
+  if (!id) return err_set(gcclInvalidArgument, "gcclGetUniqueId: id is NULL");
+  memset(id, 0, sizeof *id);
+  memcpy(id->internal, ID_MAGIC, sizeof ID_MAGIC);
+  /* 16 random bytes and the pid make ids of concurrent jobs distinct. */
+  if (getrandom(id->internal + 8, 16, 0) != 16) {
+    uint64_t t = (uint64_t)clock(), p = (uint64_t)getpid();
+    memcpy(id->internal + 8, &t, 8);
+    memcpy(id->internal + 16, &p, 8);
+  }
+  int pid = getpid();
+  memcpy(id->internal + 24, &pid, sizeof pid);
+  return gcclSuccess;
+}
+
+static int unique_id_valid(const gcclUniqueId* id) { return memcmp(id->internal, ID_MAGIC, sizeof ID_MAGIC) == 0; }
+
+/* ---- creation ------------------------------------------------------------------ */
+
+gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks) {
+  *out = NULL;
+  gcclComm_t c = calloc(1, sizeof *c);
+  if (!c) return err_set(gcclSystemError, "out of memory allocating a communicator");
+  c->ctx.peer_send = calloc((size_t)nranks, sizeof *c->ctx.peer_send);
+  c->ctx.peer_recv = calloc((size_t)nranks, sizeof *c->ctx.peer_recv);
+  gcclResult_t res = arena_alloc(&c->ctx.scratch, COLL_SCRATCH_BYTES);
+  if (res != gcclSuccess || !c->ctx.peer_send || !c->ctx.peer_recv) {
+    free(c->ctx.peer_send);
+    free(c->ctx.peer_recv);
+    arena_free(c->ctx.scratch, COLL_SCRATCH_BYTES);
+    free(c);
+    return res != gcclSuccess ? res : err_set(gcclSystemError, "out of memory allocating a communicator");
+  }
+  c->magic = COMM_MAGIC;
+  c->rank = rank;
+  c->nranks = nranks;
+  c->ctx.rank = rank;
+  c->ctx.nranks = nranks;
+  c->ctx.scratch_bytes = COLL_SCRATCH_BYTES;
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->idle, NULL);
+
+  int64_t t = env_int("GCCL_TIMEOUT_MS", DEFAULT_TIMEOUT_MS);
+  c->timeout_ms = t > 0 ? t : INT64_MAX / 1000000; /* 0: wait for ever */
+  const char* algo = env_str("GCCL_ALGO");
+  c->forced_algo = algo_from_name(algo);
+  if (algo && c->forced_algo == ALGO_AUTO) GCCL_WARN("ignoring GCCL_ALGO=%s: use ring, rhd, tree or direct", algo);
+  *out = c;
+  return gcclSuccess;
+}
+
+void comm_free(gcclComm_t c) {
+  if (c->group_stream) gcclStreamDestroy(c->group_stream);
+  if (c->tp) c->tp->ops->destroy(c->tp);
+  arena_free(c->ctx.scratch, COLL_SCRATCH_BYTES);
+  free(c->ctx.peer_send);
+  free(c->ctx.peer_recv);
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->idle);
+  c->magic = 0;
+  free(c);
+}
+
+gcclResult_t gcclCommInitRank(gcclComm_t* comm, int nranks, gcclUniqueId id, int rank) {
+  log_init();
+  if (!comm) return err_set(gcclInvalidArgument, "gcclCommInitRank: comm is NULL");
+  *comm = NULL;
+  if (nranks < 1) return err_set(gcclInvalidArgument, "gcclCommInitRank: nranks %d is less than 1", nranks);
+  if (rank < 0 || rank >= nranks)
+    return err_set(gcclInvalidArgument, "gcclCommInitRank: rank %d is not in [0, %d)", rank, nranks);
+  if (!unique_id_valid(&id))
+    return err_set(gcclInvalidArgument, "gcclCommInitRank: the id was not made by gcclGetUniqueId");
+  gcclComm_t c;
+  GCCL_CHECK(comm_alloc(&c, rank, nranks));
+  log_set_rank(rank);
+  gcclResult_t res = rendezvous_join(&id, nranks, rank, c->timeout_ms, &c->tp);
+  if (res != gcclSuccess) {
+    comm_free(c);
+    return res;
+  }
+  c->ctx.tp = c->tp;
+  GCCL_INFO(LOG_INIT, "comm %p rank %d of %d ready (local transport)", (void*)c, rank, nranks);
+  *comm = c;
+  return gcclSuccess;
+}
+
+gcclResult_t gcclCommInitAll(gcclComm_t* comms, int nranks) {
+  log_init();
+  if (!comms) return err_set(gcclInvalidArgument, "gcclCommInitAll: comms is NULL");
+  if (nranks < 1) return err_set(gcclInvalidArgument, "gcclCommInitAll: nranks %d is less than 1", nranks);
+  struct local_world* w;
+  GCCL_CHECK(local_world_create(&w, nranks));
+  gcclResult_t res = gcclSuccess;
+  int made = 0;
+  for (; made < nranks; made++) {
+    gcclComm_t c;
+    GCCL_CHECK_GOTO(comm_alloc(&c, made, nranks), res, fail);
+    comms[made] = c;
+    GCCL_CHECK_GOTO(local_transport_create(&c->tp, w, made, c->timeout_ms), res, fail_one);
+    c->ctx.tp = c->tp;
+  }
+  local_world_unref(w); /* the transports hold it now */
+  return gcclSuccess;
+fail_one:
+  made++;
+fail:
+  for (int i = 0; i < made; i++) comm_free(comms[i]);
+  for (int i = 0; i < nranks; i++) comms[i] = NULL;
+  local_world_unref(w);
+  return res;
+}
+
+/* ---- destruction ------------------------------------------------------------------ */
+
+static void wait_idle(gcclComm_t c) {
+  pthread_mutex_lock(&c->mu);
+  while (c->pending > 0) pthread_cond_wait(&c->idle, &c->mu);
+  pthread_mutex_unlock(&c->mu);
+}
+
+void comm_pending_add(gcclComm_t c, int delta) {
+  pthread_mutex_lock(&c->mu);
+  c->pending += delta;
+  if (c->pending == 0) pthread_cond_broadcast(&c->idle);
+  pthread_mutex_unlock(&c->mu);
+}
+
+gcclResult_t gcclCommDestroy(gcclComm_t comm) {
+  GCCL_CHECK(argcheck_comm(comm, "gcclCommDestroy"));
+  wait_idle(comm); /* stream work still queued would use the freed comm */
+  comm_free(comm);
+  return gcclSuccess;
+}
+
+gcclResult_t gcclCommAbort(gcclComm_t comm) {
+  GCCL_CHECK(argcheck_comm(comm, "gcclCommAbort"));
+  /* Break the transport first: every blocked rank, this one's other threads
+   * included, returns gcclRemoteError, so the queued work drains quickly. */
+  comm->tp->ops->abort(comm->tp, gcclRemoteError);
+  atomic_store(&comm->async_error, gcclRemoteError);
+  wait_idle(comm);
+  comm_free(comm);
+  return gcclSuccess;
+}
+
+/* ---- queries ------------------------------------------------------------------------ */
+
+gcclResult_t gcclCommCount(gcclComm_t comm, int* count) {
+  GCCL_CHECK(argcheck_comm(comm, "gcclCommCount"));
+  if (!count) return comm_fail(comm, err_set(gcclInvalidArgument, "gcclCommCount: count is NULL"));
+  *count = comm->nranks;
+  return gcclSuccess;
+}
+
+gcclResult_t gcclCommUserRank(gcclComm_t comm, int* rank) {
+  GCCL_CHECK(argcheck_comm(comm, "gcclCommUserRank"));
+  if (!rank) return comm_fail(comm, err_set(gcclInvalidArgument, "gcclCommUserRank: rank is NULL"));
+  *rank = comm->rank;
+  return gcclSuccess;
+}
+
+gcclResult_t gcclCommGetAsyncError(gcclComm_t comm, gcclResult_t* asyncError) {
+  GCCL_CHECK(argcheck_comm(comm, "gcclCommGetAsyncError"));
+  if (!asyncError) return comm_fail(comm, err_set(gcclInvalidArgument, "gcclCommGetAsyncError: asyncError is NULL"));
+  gcclResult_t e = (gcclResult_t)atomic_load(&comm->async_error);
+  if (e == gcclSuccess) e = comm->tp->ops->broken(comm->tp);
+  *asyncError = e;
+  return gcclSuccess;
+}
+
+/* ---- execution ----------------------------------------------------------------------- */
+
+gcclResult_t comm_execute(gcclComm_t comm, const struct coll_args* a) {
+  log_set_rank(comm->rank);
+  struct transport* tp = comm->tp;
+  gcclResult_t broken = tp->ops->broken(tp);
+  if (broken != gcclSuccess)
+    return comm_fail(comm, err_set(gcclInvalidUsage, "%s: the communicator is in an error state (%s); destroy it",
+                                   coll_kind_name(a->kind), gcclGetErrorString(broken)));
+  size_t bytes = a->count * dtype_size(a->dt);
+  enum coll_algo algo = tuner_choose(a->kind, bytes, comm->nranks, tp->shares_address_space, comm->forced_algo);
+  GCCL_INFO(LOG_COLL, "%s seq %llu count %zu %s %s root %d algo %s", coll_kind_name(a->kind),
+            (unsigned long long)comm->seq, a->count, dtype_name(a->dt), op_name(a->op), a->root, algo_name(algo));
+  gcclResult_t res = coll_agree(&comm->ctx, a, algo, comm->seq++);
+  if (res == gcclSuccess) {
+    res = coll_run(&comm->ctx, a, algo);
+    /* Peers are mid-collective: a local failure must not leave them waiting. */
+    if (res != gcclSuccess) tp->ops->abort(tp, res);
+  }
+  if (res != gcclSuccess) {
+    tp->ops->cancel_all(tp);
+    gcclResult_t why = tp->ops->broken(tp);
+    if (why != gcclSuccess) atomic_store(&comm->async_error, why);
+  }
+  return comm_fail(comm, res);
+}

@@ -1,0 +1,70 @@
+/* comm.h — the communicator and the internal entry points that core files share. */
+#ifndef GCCL_CORE_COMM_H
+#define GCCL_CORE_COMM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "../collectives/coll.h"
+#include "gccl.h"
+
+#define COMM_MAGIC 0x6763636c436f6d6dULL /* "gcclComm" */
+
+struct gcclComm {
+  uint64_t magic;
+  int rank;
+  int nranks;
+  struct transport* tp;
+  struct coll_ctx ctx; /* scratch and peer buffer table, reused by every call */
+  enum coll_algo forced_algo; /* GCCL_ALGO */
+  int64_t timeout_ms;         /* GCCL_TIMEOUT_MS */
+  uint64_t seq;               /* collectives run so far */
+  atomic_int async_error;     /* gcclResult_t that broke the communicator */
+
+  pthread_mutex_t mu;         /* guards what follows */
+  pthread_cond_t idle;        /* signalled when pending drops to 0 */
+  int pending;                /* collectives queued or running, not yet finished */
+  char last_error[512];
+  struct gcclStream* group_stream; /* runs this comm's NULL-stream work of a group */
+};
+
+/* Allocates a communicator for `rank` of `nranks` with its scratch, reading the
+ * GCCL_* environment. The transport is attached by the caller. */
+gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks);
+/* Frees what comm_alloc made and the transport, if any. */
+void comm_free(gcclComm_t comm);
+
+/* Runs one collective now, in the calling thread: tuner, agreement, algorithm.
+ * On failure the message is in the communicator's last error. */
+gcclResult_t comm_execute(gcclComm_t comm, const struct coll_args* args);
+
+/* Copies the calling thread's last error text to comm (when comm is valid) and
+ * returns `result`. */
+gcclResult_t comm_fail(gcclComm_t comm, gcclResult_t result);
+
+/* Book-keeping of collectives queued or running (destroy and abort wait for them). */
+void comm_pending_add(gcclComm_t comm, int delta);
+
+/* Argument checks (argcheck.c). Each returns gcclSuccess or records a message. */
+gcclResult_t argcheck_comm(gcclComm_t comm, const char* fn);
+gcclResult_t argcheck_collective(gcclComm_t comm, const struct coll_args* a, const char* fn);
+
+/* Launches a checked collective: recorded in an open group, queued on a stream, or
+ * executed now (enqueue.c). */
+gcclResult_t enqueue_collective(gcclComm_t comm, const struct coll_args* args, gcclStream_t stream);
+
+/* Streams (stream.c). */
+gcclResult_t stream_push(gcclStream_t s, gcclComm_t comm, const struct coll_args* args);
+int stream_valid(gcclStream_t s);
+/* The internal stream of comm that runs its NULL-stream group work (made on first use). */
+gcclResult_t comm_group_stream(gcclComm_t comm, gcclStream_t* out);
+
+/* Groups (group.c): records the call when a group is open and returns 1. */
+int group_record(gcclComm_t comm, const struct coll_args* args, gcclStream_t stream);
+
+/* Rendezvous of thread ranks by unique id (rendezvous.c). */
+gcclResult_t rendezvous_join(const gcclUniqueId* id, int nranks, int rank, int64_t timeout_ms,
+                             struct transport** tp);
+
+#endif

@@ -1,0 +1,70 @@
+/* transport.h — point-to-point byte movement between the ranks of a communicator.
+ *
+ * Collectives are written only in these primitives. A transport knows nothing of
+ * datatypes, reductions or codecs. Requests are small handles from a per-rank pool
+ * owned by the transport, so an error path can withdraw them safely
+ * (tp_cancel_all) and nothing is allocated per message.
+ *
+ * Ordering: messages between one (sender, receiver) pair match in the order they
+ * were posted, as MPI's non-overtaking rule with a single tag. A send's bytes must
+ * equal the matching receive's bytes (gcclInternalError otherwise).
+ *
+ * Every wait ends with gcclTimeout after the transport's timeout, or with
+ * gcclRemoteError as soon as any rank aborted or failed; both leave the transport
+ * broken (every later call fails at once). */
+#ifndef GCCL_TRANSPORT_H
+#define GCCL_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gccl.h"
+
+typedef int tp_req; /* request handle, >= 0 */
+
+/* Largest message tp_allgather_small carries per rank. */
+#define TP_SMALL_MAX 256
+
+struct transport;
+
+struct transport_ops {
+  const char* name;
+  /* Post a send / receive; the buffer must stay valid until the request completes. */
+  gcclResult_t (*isend)(struct transport* tp, int peer, const void* buf, size_t bytes, tp_req* req);
+  gcclResult_t (*irecv)(struct transport* tp, int peer, void* buf, size_t bytes, tp_req* req);
+  /* Block until req completes; the handle is released whatever the result. */
+  gcclResult_t (*wait)(struct transport* tp, tp_req req);
+  /* Every rank contributes `bytes` (<= TP_SMALL_MAX, same on all ranks) bytes of
+   * `in`; `out` receives nranks * bytes, rank r's at out + r*bytes. A barrier. */
+  gcclResult_t (*allgather_small)(struct transport* tp, const void* in, size_t bytes, void* out);
+  gcclResult_t (*barrier)(struct transport* tp);
+  /* After a failure: withdraw this rank's pending requests; returns once no peer
+   * can still touch this rank's buffers. Never fails. */
+  void (*cancel_all)(struct transport* tp);
+  /* Marks every rank of the transport broken with `reason` and wakes all waiters
+   * (they return gcclRemoteError). Safe from any thread. */
+  void (*abort)(struct transport* tp, gcclResult_t reason);
+  /* The reason the transport is broken, or gcclSuccess. */
+  gcclResult_t (*broken)(struct transport* tp);
+  void (*destroy)(struct transport* tp);
+};
+
+struct transport {
+  const struct transport_ops* ops;
+  int rank;
+  int nranks;
+  /* Non-zero when every rank's buffers are addressable from every other rank
+   * (threads of one process): enables the "direct" algorithms. */
+  int shares_address_space;
+};
+
+/* Blocking forms over the non-blocking primitives. */
+gcclResult_t tp_send(struct transport* tp, int peer, const void* buf, size_t bytes);
+gcclResult_t tp_recv(struct transport* tp, int peer, void* buf, size_t bytes);
+/* Sends to `to` and receives from `from` at the same time (no deadlock in rings). */
+gcclResult_t tp_sendrecv(struct transport* tp, int to, const void* sbuf, size_t sbytes, int from, void* rbuf,
+                         size_t rbytes);
+/* Waits for all n requests; returns the first failure (all are released). */
+gcclResult_t tp_waitall(struct transport* tp, const tp_req* reqs, int n);
+
+#endif
