@@ -78,7 +78,7 @@ for p in 2 4; do
   run_pair "p$p-1M" "$p" -b 1M -e 1M -n 40 -w 5
   run_pair "p$p-16M" "$p" -b 16M -e 16M -n 10 -w 2
   run_pair "p$p-100M" "$p" -b 100M -e 100M -n 5 -w 2
-  run_pair "p$p-lat" "$p" -b 8 -e 64K -f 2 -n 200 -w 20
+  run_pair "p$p-lat" "$p" -b 8 -e 64K -f 2 -n 2000 -w 200
 done
 
 echo "# gccl-bench vs mpi-baseline: allreduce float sum, median of 5 timings, ranks: gccl threads / MPI processes"
