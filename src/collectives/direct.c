@@ -33,23 +33,25 @@ static void reduce_slice(struct coll_ctx* ctx, const struct coll_args* a, void* 
 #define DIRECT_STREAM_MIN_BYTES ((size_t)16 << 20)
 
 gcclResult_t allreduce_direct(struct coll_ctx* ctx, const struct coll_args* a) {
-  /* step 1: reduce my slice of every rank's input, a cache-sized piece at a time,
-   * into scratch, and stream each piece into every rank's output, mine included.
+  /* step 1: reduce my slice of every rank's input into my output, a cache-sized
+   * piece at a time, and push each piece from cache into every peer's output.
    * Only this rank ever reads or writes this slice of any buffer, so in place is
    * safe. Pushing from cache saves the second pass over memory that pulling
-   * from the owners would need, and streaming stores save reading the
+   * from the owners would need; streaming stores save reading the peers'
    * destination lines first. */
   size_t size = dtype_size(a->dt), off, len;
   coll_chunk(a->count, ctx->nranks, ctx->rank, &off, &len);
-  size_t piece = (DIRECT_PUSH_BYTES < ctx->scratch_bytes ? DIRECT_PUSH_BYTES : ctx->scratch_bytes) / size;
+  size_t piece = DIRECT_PUSH_BYTES / size;
   int stream = a->count * size * (size_t)ctx->nranks >= DIRECT_STREAM_MIN_BYTES;
   for (size_t i = off; i < off + len; i += piece) {
     size_t n = off + len - i < piece ? off + len - i : piece;
-    reduce_slice(ctx, a, ctx->scratch, i, n);
+    void* mine = AT(a->recvbuff, i, size);
+    reduce_slice(ctx, a, mine, i, n);
     for (int r = 0; r < ctx->nranks; r++) {
+      if (r == ctx->rank) continue;
       void* dst = AT(ctx->peer_recv[r], i, size);
-      if (stream) copy_stream(dst, ctx->scratch, n * size);
-      else memcpy(dst, ctx->scratch, n * size);
+      if (stream) copy_stream(dst, mine, n * size);
+      else memcpy(dst, mine, n * size);
     }
   }
   /* step 2: wait until every slice has arrived everywhere (streaming stores are
