@@ -16,14 +16,6 @@
 
 #define AT(p, elems, size) ((char*)(p) + (size_t)(elems) * (size))
 
-/* Reduces elements [off, off+len) of every rank's buffer at byte offset base_off. */
-static void reduce_slice(struct coll_ctx* ctx, const struct coll_args* a, void* dst, size_t base_elems, size_t len) {
-  size_t size = dtype_size(a->dt);
-  const void* srcs[ctx->nranks];
-  for (int r = 0; r < ctx->nranks; r++) srcs[r] = AT(ctx->peer_send[r], base_elems, size);
-  reduce_n(dst, srcs, ctx->nranks, len, a->dt, a->op);
-}
-
 /* Bytes reduced before they are pushed to the peers: small enough to stay in L2,
  * so the pushes read cache, not memory. */
 #define DIRECT_PUSH_BYTES ((size_t)64 << 10)
@@ -31,6 +23,21 @@ static void reduce_slice(struct coll_ctx* ctx, const struct coll_args* a, void* 
  * bytes written in all (half the 32 MiB L3 here) they would evict lines the next
  * call reads; measured 2x slower at 1 MiB in place. */
 #define DIRECT_STREAM_MIN_BYTES ((size_t)16 << 20)
+
+/* Copies with streaming stores when the call's outputs, all ranks together, exceed
+ * DIRECT_STREAM_MIN_BYTES; the caller fences (copy_stream_fence) before its barrier. */
+static void direct_copy(void* dst, const void* src, size_t bytes, size_t total_out_bytes) {
+  if (total_out_bytes >= DIRECT_STREAM_MIN_BYTES) copy_stream(dst, src, bytes);
+  else memcpy(dst, src, bytes);
+}
+
+/* Reduces elements [off, off+len) of every rank's buffer at byte offset base_off. */
+static void reduce_slice(struct coll_ctx* ctx, const struct coll_args* a, void* dst, size_t base_elems, size_t len) {
+  size_t size = dtype_size(a->dt);
+  const void* srcs[ctx->nranks];
+  for (int r = 0; r < ctx->nranks; r++) srcs[r] = AT(ctx->peer_send[r], base_elems, size);
+  reduce_n(dst, srcs, ctx->nranks, len, a->dt, a->op);
+}
 
 gcclResult_t allreduce_direct(struct coll_ctx* ctx, const struct coll_args* a) {
   /* step 1: reduce my slice of every rank's input into my output, a cache-sized
@@ -42,16 +49,13 @@ gcclResult_t allreduce_direct(struct coll_ctx* ctx, const struct coll_args* a) {
   size_t size = dtype_size(a->dt), off, len;
   coll_chunk(a->count, ctx->nranks, ctx->rank, &off, &len);
   size_t piece = DIRECT_PUSH_BYTES / size;
-  int stream = a->count * size * (size_t)ctx->nranks >= DIRECT_STREAM_MIN_BYTES;
   for (size_t i = off; i < off + len; i += piece) {
     size_t n = off + len - i < piece ? off + len - i : piece;
     void* mine = AT(a->recvbuff, i, size);
     reduce_slice(ctx, a, mine, i, n);
     for (int r = 0; r < ctx->nranks; r++) {
       if (r == ctx->rank) continue;
-      void* dst = AT(ctx->peer_recv[r], i, size);
-      if (stream) copy_stream(dst, mine, n * size);
-      else memcpy(dst, mine, n * size);
+      direct_copy(AT(ctx->peer_recv[r], i, size), mine, n * size, a->count * size * (size_t)ctx->nranks);
     }
   }
   /* step 2: wait until every slice has arrived everywhere (streaming stores are
@@ -67,18 +71,20 @@ gcclResult_t reducescatter_direct(struct coll_ctx* ctx, const struct coll_args* 
 }
 
 gcclResult_t allgather_direct(struct coll_ctx* ctx, const struct coll_args* a) {
-  size_t bytes = a->count * dtype_size(a->dt);
+  size_t bytes = a->count * dtype_size(a->dt), p = (size_t)ctx->nranks;
   for (int r = 0; r < ctx->nranks; r++) {
     void* slot = (char*)a->recvbuff + (size_t)r * bytes;
-    if (bytes && slot != ctx->peer_send[r]) memcpy(slot, ctx->peer_send[r], bytes);
+    if (bytes && slot != ctx->peer_send[r]) direct_copy(slot, ctx->peer_send[r], bytes, bytes * p * p);
   }
+  copy_stream_fence();
   return ctx->tp->ops->barrier(ctx->tp);
 }
 
 gcclResult_t broadcast_direct(struct coll_ctx* ctx, const struct coll_args* a) {
   size_t bytes = a->count * dtype_size(a->dt);
   const void* src = ctx->peer_send[a->root];
-  if (bytes && a->recvbuff != src) memcpy(a->recvbuff, src, bytes);
+  if (bytes && a->recvbuff != src) direct_copy(a->recvbuff, src, bytes, bytes * (size_t)ctx->nranks);
+  copy_stream_fence();
   return ctx->tp->ops->barrier(ctx->tp);
 }
 

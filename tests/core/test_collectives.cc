@@ -242,6 +242,9 @@ std::vector<Case> BigCases() {
   v.push_back(Big(Coll::AllReduce, gcclInt64, gcclMin, 6, false));
   v.push_back(Big(Coll::ReduceScatter, gcclFloat32, gcclSum, 2, false));
   v.push_back(Big(Coll::AllGather, gcclUint8, gcclSum, 3, true));
+  // Outputs over 16 MiB in all: the direct copies use streaming stores.
+  v.push_back(Big(Coll::AllGather, gcclFloat32, gcclSum, 4, false));
+  v.push_back(Big(Coll::AllGather, gcclFloat32, gcclSum, 3, true));
   v.push_back(Big(Coll::Broadcast, gcclFloat64, gcclSum, 5, false, 4));
   v.push_back(Big(Coll::Reduce, gcclFloat32, gcclSum, 7, false, 0));
   return v;
