@@ -14,6 +14,12 @@ static const coll_fn algorithms[COLL_NKINDS][ALGO_COUNT] = {
     [COLL_REDUCE] = {[ALGO_TREE] = reduce_tree, [ALGO_DIRECT] = reduce_direct},
 };
 
+int coll_has_algo(enum coll_kind kind, enum coll_algo algo, int shares_address_space) {
+  if (kind < 0 || kind >= COLL_NKINDS || algo < 0 || algo >= ALGO_COUNT) return 0;
+  if (algo == ALGO_DIRECT && !shares_address_space) return 0; /* direct reads peers' memory */
+  return algorithms[kind][algo] != NULL;
+}
+
 gcclResult_t coll_run(struct coll_ctx* ctx, const struct coll_args* a, enum coll_algo algo) {
   coll_fn fn = (a->kind >= 0 && a->kind < COLL_NKINDS && algo >= 0 && algo < ALGO_COUNT) ? algorithms[a->kind][algo]
                                                                                          : NULL;

@@ -21,18 +21,6 @@ const char* coll_kind_name(enum coll_kind kind) {
   return (kind >= 0 && kind < COLL_NKINDS) ? names[kind] : "unknown collective";
 }
 
-int coll_has_algo(enum coll_kind kind, enum coll_algo algo, int shares_address_space) {
-  if (algo == ALGO_DIRECT) return shares_address_space;
-  switch (kind) {
-    case COLL_ALLREDUCE: return algo == ALGO_RING || algo == ALGO_RHD || algo == ALGO_TREE;
-    case COLL_ALLGATHER:
-    case COLL_REDUCESCATTER: return algo == ALGO_RING;
-    case COLL_BROADCAST:
-    case COLL_REDUCE: return algo == ALGO_TREE;
-    default: return 0;
-  }
-}
-
 /* Latency-bound below this many bytes: log p hops beat 2(p-1) ring steps. */
 #define TUNER_TREE_MAX_BYTES (64u << 10)
 /* Rabenseifner's halving-doubling moves the ring's volume in 2 log p steps; the ring
