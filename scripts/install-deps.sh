@@ -4,7 +4,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config)
 if [[ "${1:-}" != "--bench-only" ]]; then
-  pkgs+=(libgtest-dev openmpi-bin libopenmpi-dev libzstd-dev)
+  # clang and its runtime (libFuzzer, sanitizers) build the fuzz targets.
+  pkgs+=(libgtest-dev openmpi-bin libopenmpi-dev libzstd-dev clang libclang-rt-14-dev)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

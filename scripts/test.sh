@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test: a Release build, an ASan+UBSan build and a TSan build, each under
-# ctest, plus an install check (find_package and pkg-config). Installs what is missing.
+# ctest, plus an install check (find_package and pkg-config) and a minute of
+# fuzzing. Installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -20,3 +21,7 @@ TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   build_and_test tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGCCL_SANITIZE=thread -DGCCL_BUILD_BENCH=OFF
 
 scripts/check-install.sh build-release
+
+# libFuzzer on gcclDecodeAccumulate for a minute (clang, ASan+UBSan).
+echo "=== fuzz"
+scripts/fuzz.sh "${GCCL_FUZZ_SECONDS:-60}" build-fuzz

@@ -40,6 +40,40 @@ uint32_t crc32c_sw(uint32_t crc, const void* p, size_t n) {
 #if defined(__x86_64__)
 #include <nmmintrin.h>
 
+/* The crc32 instruction has a latency of 3 cycles but a throughput of 1 per
+ * cycle, so one dependent chain runs at a third of its speed. Long buffers are
+ * cut into three interleaved streams of CRC_STREAM bytes whose CRCs are joined
+ * with a precomputed "append CRC_STREAM zero bytes" operator (the CRC register
+ * is linear over GF(2)): about 3x faster, which matters because every frame is
+ * checksummed once when sent and once when received. */
+#define CRC_STREAM 1024
+
+/* g_shift[k][b]: the raw CRC register b << 8k advanced over CRC_STREAM zeros. */
+static uint32_t g_shift[4][256];
+static pthread_once_t g_shift_once = PTHREAD_ONCE_INIT;
+
+__attribute__((target("sse4.2"))) static uint32_t zeros_advance(uint32_t reg) {
+  uint64_t c = reg;
+  for (int i = 0; i < CRC_STREAM / 8; i++) c = _mm_crc32_u64(c, 0);
+  return (uint32_t)c;
+}
+
+static void shift_build(void) {
+  uint32_t bit[32];
+  for (int i = 0; i < 32; i++) bit[i] = zeros_advance(1u << i);
+  for (int k = 0; k < 4; k++)
+    for (int b = 0; b < 256; b++) {
+      uint32_t v = 0;
+      for (int i = 0; i < 8; i++)
+        if (b & (1 << i)) v ^= bit[8 * k + i];
+      g_shift[k][b] = v;
+    }
+}
+
+static inline uint32_t shift_stream(uint32_t r) {
+  return g_shift[0][r & 0xFF] ^ g_shift[1][(r >> 8) & 0xFF] ^ g_shift[2][(r >> 16) & 0xFF] ^ g_shift[3][r >> 24];
+}
+
 /* A plain target attribute plus a runtime check, not ifunc/target_clones: those
  * resolve at load time and crash under ThreadSanitizer. */
 __attribute__((target("sse4.2"))) uint32_t crc32c_hw(uint32_t crc, const void* p, size_t n) {
@@ -48,6 +82,22 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_hw(uint32_t crc, const void* p
   while (n > 0 && ((uintptr_t)b & 7) != 0) {
     c = _mm_crc32_u8((uint32_t)c, *b++);
     n--;
+  }
+  if (n >= 3 * CRC_STREAM) pthread_once(&g_shift_once, shift_build);
+  while (n >= 3 * CRC_STREAM) {
+    uint64_t c1 = 0, c2 = 0;
+    for (size_t i = 0; i < CRC_STREAM; i += 8) {
+      uint64_t w0, w1, w2;
+      memcpy(&w0, b + i, 8);
+      memcpy(&w1, b + CRC_STREAM + i, 8);
+      memcpy(&w2, b + 2 * CRC_STREAM + i, 8);
+      c = _mm_crc32_u64(c, w0);
+      c1 = _mm_crc32_u64(c1, w1);
+      c2 = _mm_crc32_u64(c2, w2);
+    }
+    c = shift_stream(shift_stream((uint32_t)c) ^ (uint32_t)c1) ^ (uint32_t)c2;
+    b += 3 * CRC_STREAM;
+    n -= 3 * CRC_STREAM;
   }
   while (n >= 8) {
     uint64_t w;

@@ -66,6 +66,13 @@ static gcclResult_t check_fields(const struct frame_header* h, gcclResult_t bad,
   if (h->flags & ~FRAME_FLAGS_KNOWN) return err_set(bad, "%s: unknown flags 0x%02x", who, (unsigned)h->flags);
   if ((h->flags & FRAME_FLAG_ZSTD) && h->codec != CODEC_TOPK)
     return err_set(bad, "%s: zstd flag on codec %s", who, name);
+  if ((h->flags & FRAME_FLAG_RAW) && (h->flags & FRAME_FLAG_ZSTD))
+    return err_set(bad, "%s: raw and zstd flags together", who);
+  if ((h->flags & FRAME_FLAG_RAW) && (h->exceptions != 0 || h->count > UINT64_MAX / 8 ||
+                                      h->payload_bytes != h->count * dtype_size(h->dtype)))
+    return err_set(bad, "%s: raw frame of %llu elements with %llu payload bytes and %llu exceptions", who,
+                   (unsigned long long)h->count, (unsigned long long)h->payload_bytes,
+                   (unsigned long long)h->exceptions);
   if (h->exceptions > h->count)
     return err_set(bad, "%s: %llu exceptions for %llu elements", who, (unsigned long long)h->exceptions,
                    (unsigned long long)h->count);
@@ -86,15 +93,27 @@ static gcclResult_t check_fields(const struct frame_header* h, gcclResult_t bad,
   return gcclSuccess;
 }
 
-/* CRC of the frame's first `total` bytes with the crc field read as zero. */
-static uint32_t frame_crc(const unsigned char* f, size_t total) {
+/* The header's part of the CRC, continuing from the body's. */
+static uint32_t crc_finish(const unsigned char* f, uint32_t body_crc) {
   static const unsigned char zero[4] = {0, 0, 0, 0};
-  uint32_t crc = crc32c(0, f, FRAME_CRC_OFFSET);
-  crc = crc32c(crc, zero, 4);
-  return crc32c(crc, f + FRAME_HEADER_BYTES, total - FRAME_HEADER_BYTES);
+  return crc32c(crc32c(body_crc, f, FRAME_CRC_OFFSET), zero, 4);
+}
+
+uint32_t frame_crc(const void* frame, size_t total) {
+  const unsigned char* f = frame;
+  return crc_finish(f, crc32c(0, f + FRAME_HEADER_BYTES, total - FRAME_HEADER_BYTES));
 }
 
 gcclResult_t frame_header_write(void* frame, size_t cap, const struct frame_header* h) {
+  if (frame == NULL || h == NULL) return err_set(gcclInvalidArgument, "frame_header_write: NULL argument");
+  size_t total = total_or_zero(h);
+  if (total == 0 || total > cap)
+    return err_set(gcclInvalidArgument, "frame_header_write: frame of %zu bytes does not fit in %zu", total, cap);
+  const unsigned char* f = frame;
+  return frame_header_write_crc(frame, cap, h, crc32c(0, f + FRAME_HEADER_BYTES, total - FRAME_HEADER_BYTES));
+}
+
+gcclResult_t frame_header_write_crc(void* frame, size_t cap, const struct frame_header* h, uint32_t body_crc) {
   if (frame == NULL || h == NULL) return err_set(gcclInvalidArgument, "frame_header_write: NULL argument");
   GCCL_CHECK(check_fields(h, gcclInvalidArgument, "frame_header_write"));
   size_t total = total_or_zero(h);
@@ -117,7 +136,7 @@ gcclResult_t frame_header_write(void* frame, size_t cap, const struct frame_head
   put_u64(f + 40, h->k);
   put_u64(f + 48, h->rng_key);
   put_u32(f + 56, 0);
-  put_u32(f + FRAME_CRC_OFFSET, frame_crc(f, total));
+  put_u32(f + FRAME_CRC_OFFSET, crc_finish(f, body_crc));
   return gcclSuccess;
 }
 

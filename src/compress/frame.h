@@ -42,7 +42,9 @@
  *          so sender and receiver never disagree on rounding ratio * count); else 0.
  * rng_key  randk: the key that regenerates the shared indices (from seed and call
  *          number), any value; else 0.
- * crc32c   CRC32C of the whole frame with this field read as zero.
+ * crc32c   CRC32C of bytes [64, end) followed by header bytes [0, 60) and four zero
+ *          bytes: the body first, so an encoder can checksum payload while it
+ *          is still in cache and finish with the header it only knows at the end.
  * Each exception is 8 + dtype_size(dtype) bytes, indices < count and increasing
  * (checked by the decoder that reads them). The frame is exactly
  * 64 + payload_bytes + exceptions * (8 + dtype_size) bytes. */
@@ -54,7 +56,12 @@
 
 /* Indices of topk are zstd-compressed. */
 #define FRAME_FLAG_ZSTD 0x01u
-#define FRAME_FLAGS_KNOWN FRAME_FLAG_ZSTD
+/* The payload is the tensor verbatim (count elements of dtype) and there are no
+ * exceptions: what an encoder sends when the codec's frame plus its exceptions
+ * would be larger, so no frame exceeds 64 bytes + the raw tensor (by much; see
+ * gcclEncodeBound). Legal for every codec. */
+#define FRAME_FLAG_RAW 0x02u
+#define FRAME_FLAGS_KNOWN (FRAME_FLAG_ZSTD | FRAME_FLAG_RAW)
 
 /* The header as numbers. version and crc are filled in by frame_header_write and
  * by frame_validate. */
@@ -86,6 +93,13 @@ gcclResult_t frame_total_bytes(const struct frame_header* h, size_t* frame_bytes
  * the buffer size. Returns gcclInvalidArgument if h breaks any rule frame_validate
  * checks or the frame does not fit in cap; nothing is written then. */
 gcclResult_t frame_header_write(void* frame, size_t cap, const struct frame_header* h);
+
+/* The same, given body_crc = crc32c(0, frame + 64, total - 64) already computed
+ * by the caller (an encoder that checksums its payload while writing it). */
+gcclResult_t frame_header_write_crc(void* frame, size_t cap, const struct frame_header* h, uint32_t body_crc);
+
+/* The CRC field value of a frame of `total` bytes (header at frame[0, 64)). */
+uint32_t frame_crc(const void* frame, size_t total);
 
 /* Checks every header field and the CRC before any decoder reads the payload:
  * magic, version, codec known, dtype valid (and a float type unless codec is none),

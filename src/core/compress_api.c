@@ -1,53 +1,189 @@
-/* compress_api.c — the public compression entry points.
- * The codecs are not built yet: each function reports that and changes nothing. */
+/* compress_api.c — the public compressor and codec entry points: argument checks,
+ * then the compressor (src/compress/compressor.c) and decoder (decode.c). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/arena.h"
+#include "../common/dtype.h"
+#include "../common/log.h"
 #include "../common/result.h"
+#include "../compress/codec_util.h"
+#include "../compress/compressor.h"
 #include "comm.h"
 
-static gcclResult_t not_built(const char* fn) {
-  return err_set(gcclInvalidUsage, "%s: compression not built yet in this version of gccl", fn);
+/* Counts beyond this are refused: it keeps every size computed from a count
+ * (residual, frames, index sections) far from overflowing size_t. */
+#define COMPRESSOR_MAX_COUNT (SIZE_MAX / 64)
+
+static int ranges_overlap(const void* a, size_t abytes, const void* b, size_t bbytes) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return abytes && bbytes && x < y + bbytes && y < x + abytes;
 }
 
-gcclResult_t gcclCompressorCreate(gcclCompressor_t* c, const char* spec, size_t count, gcclDataType_t dt) {
-  (void)spec, (void)count, (void)dt;
-  if (c) *c = NULL;
-  return not_built("gcclCompressorCreate");
+gcclResult_t gcclCompressorCreate(gcclCompressor_t* out, const char* spec, size_t count, gcclDataType_t dt) {
+  if (out == NULL) return err_set(gcclInvalidArgument, "gcclCompressorCreate: compressor pointer is NULL");
+  *out = NULL;
+  if (spec == NULL) return err_set(gcclInvalidArgument, "gcclCompressorCreate: spec is NULL");
+  if ((unsigned)dt >= gcclNumTypes) return err_set(gcclInvalidArgument, "gcclCompressorCreate: invalid datatype %d", dt);
+  if (count > COMPRESSOR_MAX_COUNT)
+    return err_set(gcclInvalidArgument, "gcclCompressorCreate: count %zu too large (at most %zu)", count,
+                   (size_t)COMPRESSOR_MAX_COUNT);
+  struct codec_spec s;
+  GCCL_CHECK(spec_parse(spec, &s));
+  if (s.codec != CODEC_NONE && !dtype_is_float(dt))
+    return err_set(gcclInvalidArgument,
+                   "gcclCompressorCreate: codec %s compresses floating-point tensors only, not %s (use \"none\")",
+                   spec_codec_name(s.codec), dtype_name(dt));
+#ifndef GCCL_HAVE_ZSTD
+  if (s.zstd)
+    return err_set(gcclInvalidArgument, "gcclCompressorCreate: spec \"%s\" asks for zstd, but gccl was built without it",
+                   spec);
+#endif
+
+  struct gcclCompressor* c = calloc(1, sizeof *c);
+  if (c == NULL) return err_set(gcclSystemError, "gcclCompressorCreate: out of memory");
+  gcclResult_t res;
+  c->spec = s;
+  c->ops = codec_ops_for(s.codec);
+  c->count = count;
+  c->dt = dt;
+  GCCL_CHECK_GOTO(spec_format(&s, c->spec_text, sizeof c->spec_text), res, fail);
+  /* work holds the fp32 input of the codec (and the staged residual) unless the
+   * caller's fp32 buffer can be read directly. */
+  if (s.ef || (s.codec != CODEC_NONE && dt != gcclFloat32))
+    GCCL_CHECK_GOTO(arena_alloc((void**)&c->work, count * sizeof(float)), res, fail);
+  if (s.ef) GCCL_CHECK_GOTO(arena_alloc((void**)&c->residual, count * sizeof(float)), res, fail);
+  if (c->ops->state_create) GCCL_CHECK_GOTO(c->ops->state_create(&c->spec, count, &c->state), res, fail);
+  c->bound = compressor_bound(c, count);
+  GCCL_INFO(LOG_INIT, "compressor %s for %zu %s: frames of at most %zu bytes", c->spec_text, count, dtype_name(dt),
+            c->bound);
+  *out = c;
+  return gcclSuccess;
+fail:
+  gcclCompressorDestroy(c);
+  return res;
 }
+
 gcclResult_t gcclCompressorDestroy(gcclCompressor_t c) {
-  (void)c;
-  return not_built("gcclCompressorDestroy");
+  if (c == NULL) return err_set(gcclInvalidArgument, "gcclCompressorDestroy: compressor is NULL");
+  if (c->state) c->ops->state_destroy(c->state);
+  arena_free(c->work, c->count * sizeof(float));
+  arena_free(c->residual, c->count * sizeof(float));
+  free(c->exc.idx);
+  free(c);
+  return gcclSuccess;
 }
+
 gcclResult_t gcclCompressorGetResidual(gcclCompressor_t c, void* out) {
-  (void)c, (void)out;
-  return not_built("gcclCompressorGetResidual");
+  if (c == NULL) return err_set(gcclInvalidArgument, "gcclCompressorGetResidual: compressor is NULL");
+  if (out == NULL && c->count > 0) return err_set(gcclInvalidArgument, "gcclCompressorGetResidual: out is NULL");
+  size_t es = dtype_size(c->dt);
+  if ((uintptr_t)out % es != 0)
+    return err_set(gcclInvalidArgument, "gcclCompressorGetResidual: out is not aligned to %zu bytes", es);
+  if (c->count == 0) return gcclSuccess;
+  if (!c->spec.ef) { /* no error feedback: the residual is zero */
+    memset(out, 0, c->count * es);
+    return gcclSuccess;
+  }
+  for (size_t i = 0; i < c->count; i++) {
+    float r = c->residual[i];
+    switch (c->dt) {
+      case gcclFloat32: ((float*)out)[i] = r; break;
+      case gcclFloat64: ((double*)out)[i] = r; break;
+      case gcclFloat16: ((uint16_t*)out)[i] = float_to_half(r); break;
+      default: ((uint16_t*)out)[i] = float_to_bf16(r); break;
+    }
+  }
+  return gcclSuccess;
 }
+
 gcclResult_t gcclCompressorSetResidual(gcclCompressor_t c, const void* in) {
-  (void)c, (void)in;
-  return not_built("gcclCompressorSetResidual");
+  if (c == NULL) return err_set(gcclInvalidArgument, "gcclCompressorSetResidual: compressor is NULL");
+  if (in == NULL && c->count > 0) return err_set(gcclInvalidArgument, "gcclCompressorSetResidual: in is NULL");
+  size_t es = dtype_size(c->dt);
+  if ((uintptr_t)in % es != 0)
+    return err_set(gcclInvalidArgument, "gcclCompressorSetResidual: in is not aligned to %zu bytes", es);
+  if (!c->spec.ef)
+    return err_set(gcclInvalidUsage, "gcclCompressorSetResidual: compressor %s keeps no residual (ef=0)",
+                   c->spec_text);
+  /* Convert into work first, so a rejected input changes nothing. */
+  for (size_t i = 0; i < c->count; i++) {
+    float r;
+    switch (c->dt) {
+      case gcclFloat32: r = ((const float*)in)[i]; break;
+      case gcclFloat64: r = (float)((const double*)in)[i]; break;
+      case gcclFloat16: r = half_to_float(((const uint16_t*)in)[i]); break;
+      default: r = bf16_to_float(((const uint16_t*)in)[i]); break;
+    }
+    if (!f32_finite(r))
+      return err_set(gcclInvalidArgument, "gcclCompressorSetResidual: element %zu is not finite in fp32", i);
+    c->work[i] = r;
+  }
+  if (c->count) memcpy(c->residual, c->work, c->count * sizeof(float));
+  return gcclSuccess;
 }
+
+gcclResult_t gcclEncodeBound(gcclCompressor_t c, size_t* maxBytes) {
+  if (c == NULL || maxBytes == NULL) return err_set(gcclInvalidArgument, "gcclEncodeBound: NULL argument");
+  *maxBytes = c->bound;
+  return gcclSuccess;
+}
+
+gcclResult_t gcclEncode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frameBytes) {
+  if (c == NULL) return err_set(gcclInvalidArgument, "gcclEncode: compressor is NULL");
+  if (frame == NULL || frameBytes == NULL) return err_set(gcclInvalidArgument, "gcclEncode: frame or frameBytes is NULL");
+  size_t es = dtype_size(c->dt), bytes = c->count * es;
+  if (src == NULL && c->count > 0) return err_set(gcclInvalidArgument, "gcclEncode: src is NULL");
+  if ((uintptr_t)src % es != 0)
+    return err_set(gcclInvalidArgument, "gcclEncode: src is not aligned to its %s elements", dtype_name(c->dt));
+  if (cap < c->bound)
+    return err_set(gcclInvalidArgument, "gcclEncode: cap %zu is below gcclEncodeBound's %zu bytes", cap, c->bound);
+  if (ranges_overlap(src, bytes, frame, cap))
+    return err_set(gcclInvalidArgument, "gcclEncode: src and frame overlap");
+  size_t fb = 0;
+  gcclResult_t res = compressor_encode_part(c, src, 0, c->count, frame, cap, &fb);
+  if (res == gcclSuccess) res = compressor_commit(c);
+  if (res != gcclSuccess) {
+    compressor_abort(c);
+    return res;
+  }
+  *frameBytes = fb;
+  return gcclSuccess;
+}
+
+gcclResult_t gcclDecodeAccumulate(const void* frame, size_t frameBytes, void* dst, size_t count, gcclDataType_t dt) {
+  if (frame == NULL) return err_set(gcclInvalidArgument, "gcclDecodeAccumulate: frame is NULL");
+  if ((unsigned)dt >= gcclNumTypes)
+    return err_set(gcclInvalidArgument, "gcclDecodeAccumulate: invalid datatype %d", dt);
+  size_t es = dtype_size(dt);
+  if (dst == NULL && count > 0) return err_set(gcclInvalidArgument, "gcclDecodeAccumulate: dst is NULL");
+  if ((uintptr_t)dst % es != 0)
+    return err_set(gcclInvalidArgument, "gcclDecodeAccumulate: dst is not aligned to its %s elements", dtype_name(dt));
+  if (count > SIZE_MAX / es) return err_set(gcclInvalidArgument, "gcclDecodeAccumulate: count %zu too large", count);
+  if (ranges_overlap(frame, frameBytes, dst, count * es))
+    return err_set(gcclInvalidArgument, "gcclDecodeAccumulate: frame and dst overlap");
+  return frame_decode_accumulate(frame, frameBytes, dst, count, dt);
+}
+
+/* The compressed collectives arrive with the collectives issue; until then they
+ * say so and change nothing. */
+static gcclResult_t collective_not_built(gcclComm_t comm, const char* fn) {
+  return comm_fail(comm, err_set(gcclInvalidUsage, "%s: compressed collectives are not built yet in this version", fn));
+}
+
 gcclResult_t gcclAllReduceCompressed(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t dt,
                                      gcclRedOp_t op, gcclCompressor_t c, gcclComm_t comm, gcclStream_t s) {
   (void)sendbuff, (void)recvbuff, (void)count, (void)dt, (void)op, (void)c, (void)s;
-  return comm_fail(comm, not_built("gcclAllReduceCompressed"));
+  return collective_not_built(comm, "gcclAllReduceCompressed");
 }
 gcclResult_t gcclAllGatherCompressed(const void* sendbuff, void* recvbuff, size_t sendcount, gcclDataType_t dt,
                                      gcclCompressor_t c, gcclComm_t comm, gcclStream_t s) {
   (void)sendbuff, (void)recvbuff, (void)sendcount, (void)dt, (void)c, (void)s;
-  return comm_fail(comm, not_built("gcclAllGatherCompressed"));
+  return collective_not_built(comm, "gcclAllGatherCompressed");
 }
 gcclResult_t gcclReduceScatterCompressed(const void* sendbuff, void* recvbuff, size_t recvcount, gcclDataType_t dt,
                                          gcclRedOp_t op, gcclCompressor_t c, gcclComm_t comm, gcclStream_t s) {
   (void)sendbuff, (void)recvbuff, (void)recvcount, (void)dt, (void)op, (void)c, (void)s;
-  return comm_fail(comm, not_built("gcclReduceScatterCompressed"));
-}
-gcclResult_t gcclEncodeBound(gcclCompressor_t c, size_t* maxBytes) {
-  (void)c, (void)maxBytes;
-  return not_built("gcclEncodeBound");
-}
-gcclResult_t gcclEncode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frameBytes) {
-  (void)c, (void)src, (void)frame, (void)cap, (void)frameBytes;
-  return not_built("gcclEncode");
-}
-gcclResult_t gcclDecodeAccumulate(const void* frame, size_t frameBytes, void* dst, size_t count, gcclDataType_t dt) {
-  (void)frame, (void)frameBytes, (void)dst, (void)count, (void)dt;
-  return not_built("gcclDecodeAccumulate");
+  return collective_not_built(comm, "gcclReduceScatterCompressed");
 }

@@ -1,0 +1,76 @@
+/* decode.c — the codec-agnostic decoder: validate everything, then accumulate. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/dtype.h"
+#include "common/result.h"
+#include "compress/codec_util.h"
+#include "compress/compressor.h"
+
+/* dst[i] += the raw exception value (a dtype element at v), in dtype arithmetic
+ * (halves through fp32, rounded once), so inf and NaN land as they were sent. */
+static void add_raw(void* dst, gcclDataType_t dt, size_t i, const unsigned char* v) {
+  switch (dt) {
+    case gcclFloat64: {
+      double x;
+      memcpy(&x, v, 8);
+      ((double*)dst)[i] += x;
+      break;
+    }
+    case gcclFloat32:
+      ((float*)dst)[i] += get_f32(v);
+      break;
+    case gcclFloat16: {
+      uint16_t x;
+      memcpy(&x, v, 2);
+      elem_accumulate(dst, dt, i, half_to_float(x));
+      break;
+    }
+    case gcclBfloat16: {
+      uint16_t x;
+      memcpy(&x, v, 2);
+      elem_accumulate(dst, dt, i, bf16_to_float(x));
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+gcclResult_t frame_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count,
+                                     gcclDataType_t dt) {
+  struct frame_header h;
+  GCCL_CHECK(frame_validate(frame, frame_bytes, count, dt, &h));
+  const unsigned char* payload = (const unsigned char*)frame + FRAME_HEADER_BYTES;
+  if (h.flags & FRAME_FLAG_RAW) { /* frame_validate checked its size */
+    raw_accumulate(dst, payload, count, dt);
+    return gcclSuccess;
+  }
+  const struct codec_ops* ops = codec_ops_for(h.codec);
+  if (h.codec == CODEC_NONE && h.exceptions != 0)
+    return err_set(gcclCorruptData, "corrupt frame: codec none with %llu exceptions", (unsigned long long)h.exceptions);
+  GCCL_CHECK(ops->validate(&h, payload));
+
+  /* The exceptions list: indices strictly increasing and in range. */
+  size_t nexc = (size_t)h.exceptions, entry = frame_exception_bytes(dt);
+  const unsigned char* e = payload + h.payload_bytes;
+  uint64_t* exc = NULL;
+  if (nexc > 0) {
+    exc = malloc(nexc * sizeof *exc); /* rare: only inputs with non-finite values */
+    if (exc == NULL) return err_set(gcclSystemError, "out of memory decoding %zu exceptions", nexc);
+    for (size_t j = 0; j < nexc; j++) {
+      exc[j] = get_u64le(e + j * entry);
+      if (exc[j] >= count || (j > 0 && exc[j] <= exc[j - 1])) {
+        unsigned long long idx = exc[j], prev = j ? exc[j - 1] : 0;
+        free(exc);
+        return err_set(gcclCorruptData, "corrupt frame: exception %zu has index %llu (count %zu, previous %llu)", j,
+                       idx, count, prev);
+      }
+    }
+  }
+  gcclResult_t res = ops->decode_accumulate(&h, payload, exc, nexc, dst);
+  if (res == gcclSuccess)
+    for (size_t j = 0; j < nexc; j++) add_raw(dst, dt, (size_t)exc[j], e + j * entry + 8);
+  free(exc);
+  return res;
+}

@@ -1,0 +1,29 @@
+/* topk.h — the magnitude filter behind top-k, shared with randk's non-finite scan (and tests). */
+#ifndef GCCL_COMPRESS_TOPK_H
+#define GCCL_COMPRESS_TOPK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compress/codec.h"
+#include "compress/spec.h"
+#include "gccl.h"
+
+/* The smallest |x| bit pattern (x's fp32 bits with the sign cleared) that
+ * values_put(vt) turns into inf: 0x7F800000 (fp32), 0x477FF000 = 65520 (fp16),
+ * 0x7F7F8000 (bf16). Sparse codecs send elements at or above it, and non-finite
+ * ones, as exceptions: the payload cannot carry them. */
+uint32_t topk_exc_key(enum spec_values vt);
+
+/* One pass over x[0, n) in index order, with key(i) = bits of x[i] & 0x7FFFFFFF:
+ *  - key >= exc_key: pushes i onto exc (so exc stays increasing);
+ *  - thr < key < exc_key, or key == thr for the first tie_quota such i:
+ *    appends i to idx and x[i]'s raw bits to bits (a candidate).
+ * Requires thr <= exc_key. *count = candidates found; when there are more than
+ * cap the pass stops early and *count = cap + 1 (exc then holds a prefix).
+ * simd = 1 uses AVX2 where the CPU has it, 0 the portable path; both give the
+ * same results. gcclSystemError if exc cannot grow. */
+gcclResult_t topk_filter(const float* x, size_t n, uint32_t thr, uint32_t exc_key, size_t tie_quota, uint64_t* idx,
+                         uint32_t* bits, size_t cap, struct exc_list* exc, int simd, size_t* count);
+
+#endif
