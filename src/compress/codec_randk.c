@@ -7,8 +7,9 @@
  *   payload = k values, values_put(vt) each (4 bytes fp32, 2 fp16/bf16), value j
  *             belonging to index idx_j; exactly k * value size bytes.
  * No indices travel: idx_j = randk_index(h->rng_key, n, k, j), the same on every
- * rank because shared_key is (Stich et al., "Sparsified SGD with memory", 2018,
- * use random-k with shared randomness the same way).
+ * rank because shared_key is, so frames of different ranks line up and can be
+ * summed value by value. (Random-k with error feedback: Stich et al.,
+ * "Sparsified SGD with memory", NeurIPS 2018.)
  *
  * Indices (stratified sampling, so they come out strictly increasing and cover
  * the tensor evenly): stratum j < k is [lo_j, lo_{j+1}) with
@@ -18,7 +19,8 @@
  *                 r = (uint64)rng_u32(key, j) << 32 | rng_u32(key, 2^64 - 1 - j),
  *                 idx_j = lo_j + ((uint128)r * span >> 64)
  * (index 2^64 - 1 - j never equals another stratum's j < k.) The multiply-shift
- * maps 32 (or 64) uniform bits onto the stratum with bias below span / 2^32.
+ * maps 32 (or 64) uniform bits onto the stratum (Lemire 2019) with a bias
+ * below span / 2^32 (span / 2^64).
  *
  * Values: v_j = values_put(x[idx_j]); where x[idx_j] is an exception (non-finite,
  * or beyond the carried type: key >= topk_exc_key(vt), see topk.h) v_j = 0 is
@@ -27,13 +29,12 @@
  * x[idx_j] -= v_j (one fp32 subtraction), 0 at every exception, other elements
  * keep x (not sent). Decoded: dst[idx_j] += v_j, skipping exception indices.
  */
-#include "compress/randk.h"
-
 #include <string.h>
 
 #include "common/result.h"
 #include "compress/codec.h"
 #include "compress/codec_util.h"
+#include "compress/randk.h"
 #include "compress/rng.h"
 #include "compress/topk.h"
 
@@ -82,41 +83,45 @@ static size_t randk_payload_bound(const struct codec_spec* s, size_t n) {
   return bytes;
 }
 
-/* Indices are drawn a chunk at a time, then used: interleaving the draw's
- * arithmetic with the scattered loads and stores leaves too few cache misses
- * in flight (measured: 255,570 scattered adds take ~4 ms from a list, ~23 ms
+/* decode draws its indices a chunk at a time, then uses them: interleaving the
+ * draw's arithmetic with the scattered adds leaves too few cache misses in
+ * flight (measured: 255,570 scattered adds take ~4 ms from a list, ~23 ms
  * computing each index in the loop). */
 #define RANDK_CHUNK 256
+/* encode scans x for exceptions a span at a time and reads the span's chosen
+ * values right after, while the span is still in cache (L2-sized: 256 KiB). */
+#define RANDK_SPAN 65536
 
-static gcclResult_t randk_encode(struct encode_ctx* ctx, const float* x, float* resid, size_t n,
-                                 unsigned char* payload, size_t* payload_bytes, struct frame_header* h) {
+static gcclResult_t randk_encode(struct encode_ctx* ctx, const float* x, float* resid, size_t n, unsigned char* payload,
+                                 size_t* payload_bytes, struct frame_header* h) {
   enum spec_values vt = ctx->spec->values;
   size_t k = sparse_k(ctx->spec->ratio, n), vs = values_size(vt), exc0 = ctx->exc->n, none;
   uint32_t exc_key = topk_exc_key(vt);
-  /* Every exception, selected or not (no candidates: the threshold is exc_key). */
-  GCCL_CHECK(topk_filter(x, n, exc_key, exc_key, 0, NULL, NULL, 0, ctx->exc, 1, &none));
-
+  struct exc_list* exc = ctx->exc;
   struct strata s;
   strata_init(&s, ctx->shared_key, n, k);
+  size_t j = 0, next = k ? strata_next(&s) : SIZE_MAX;
   unsigned char* p = payload;
-  size_t idx[RANDK_CHUNK];
-  for (size_t j0 = 0; j0 < k; j0 += RANDK_CHUNK) {
-    size_t m = k - j0 < RANDK_CHUNK ? k - j0 : RANDK_CHUNK;
-    for (size_t j = 0; j < m; j++) idx[j] = strata_next(&s);
-    for (size_t j = 0; j < m; j++, p += vs) {
-      float f = x[idx[j]];
+  for (size_t lo = 0; lo < n; lo += RANDK_SPAN) {
+    size_t len = n - lo < RANDK_SPAN ? n - lo : RANDK_SPAN, e0 = exc->n;
+    /* Every exception, chosen or not (no candidates: the threshold is exc_key). */
+    GCCL_CHECK(topk_filter(x + lo, len, exc_key, exc_key, 0, NULL, NULL, 0, exc, 1, &none));
+    for (size_t e = e0; e < exc->n; e++) exc->idx[e] += lo;
+    for (; next < lo + len; p += vs) {
+      float f = x[next];
       uint32_t b;
       memcpy(&b, &f, 4);
       if ((b & 0x7FFFFFFFu) >= exc_key) {
         values_put(p, vt, 0.0f); /* its raw value travels as an exception */
-        continue;
+      } else {
+        float v = values_put(p, vt, f);
+        if (resid) resid[next] = f - v;
       }
-      float v = values_put(p, vt, f);
-      if (resid) resid[idx[j]] = f - v;
+      next = ++j < k ? strata_next(&s) : SIZE_MAX;
     }
   }
   if (resid)
-    for (size_t j = exc0; j < ctx->exc->n; j++) resid[ctx->exc->idx[j]] = 0.0f;
+    for (size_t e = exc0; e < exc->n; e++) resid[exc->idx[e]] = 0.0f;
 
   h->bits = 0;
   h->bucket = 0;
@@ -146,18 +151,19 @@ static gcclResult_t randk_decode_accumulate(const struct frame_header* h, const 
   struct strata s;
   strata_init(&s, h->rng_key, (size_t)h->count, k);
   size_t idx[RANDK_CHUNK];
+  float val[RANDK_CHUNK];
   for (size_t j0 = 0; j0 < k; j0 += RANDK_CHUNK) {
     size_t m = k - j0 < RANDK_CHUNK ? k - j0 : RANDK_CHUNK;
     for (size_t j = 0; j < m; j++) idx[j] = strata_next(&s);
-    for (size_t j = 0; j < m; j++, payload += vs) {
+    topk_values_get(payload + vs * j0, vt, m, val);
+    for (size_t j = 0; j < m; j++) {
       size_t i = idx[j];
       while (cursor < nexc && exc[cursor] < i) cursor++;
       if (cursor < nexc && exc[cursor] == i) continue; /* the exception's raw value replaces it */
-      float v = values_get(payload, vt);
       if (h->dtype == gcclFloat32)
-        ((float*)dst)[i] += v;
+        ((float*)dst)[i] += val[j];
       else
-        elem_accumulate(dst, h->dtype, i, v);
+        elem_accumulate(dst, h->dtype, i, val[j]);
     }
   }
   return gcclSuccess;

@@ -249,8 +249,7 @@ gcclResult_t index_code_validate(const unsigned char* in, size_t bytes, uint64_t
     return err_set(gcclCorruptData, "topk: index section has nonzero padding after its high bits");
 
   uint64_t ones = 0;
-  for (size_t pos = low_bytes; pos < bytes; pos += 8)
-    ones += (uint64_t)__builtin_popcountll(load_word(in, bytes, pos));
+  for (size_t pos = low_bytes; pos < bytes; pos += 8) ones += (uint64_t)__builtin_popcountll(load_word(in, bytes, pos));
   if (ones != k)
     return err_set(gcclCorruptData, "topk: index section codes %llu indices, header says %llu",
                    (unsigned long long)ones, (unsigned long long)k);
@@ -267,7 +266,8 @@ gcclResult_t index_code_validate(const unsigned char* in, size_t bytes, uint64_t
       prev = buf[j];
     }
   }
-  if (seen != k) return err_set(gcclCorruptData, "topk: index section ends after %llu of %llu indices",
-                                (unsigned long long)seen, (unsigned long long)k);
+  if (seen != k)
+    return err_set(gcclCorruptData, "topk: index section ends after %llu of %llu indices", (unsigned long long)seen,
+                   (unsigned long long)k);
   return gcclSuccess;
 }

@@ -26,4 +26,13 @@ uint32_t topk_exc_key(enum spec_values vt);
 gcclResult_t topk_filter(const float* x, size_t n, uint32_t thr, uint32_t exc_key, size_t tie_quota, uint64_t* idx,
                          uint32_t* bits, size_t cap, struct exc_list* exc, int simd, size_t* count);
 
+/* values_put over m values given as fp32 bits, into p (m * values_size(vt)
+ * bytes); decoded[j] = the value the decoder reads back. Every value must be
+ * finite and below topk_exc_key(vt) (what sparse codecs send); then the result
+ * is values_put's exactly, with AVX2/F16C where the CPU has them. */
+void topk_values_put(unsigned char* p, enum spec_values vt, const uint32_t* bits, size_t m, float* decoded);
+
+/* values_get over m values (any bits), with F16C where the CPU has it. */
+void topk_values_get(const unsigned char* p, enum spec_values vt, size_t m, float* out);
+
 #endif

@@ -116,7 +116,8 @@ TEST(IndexCode, BoundCoversEverySmallerK) {
   for (uint64_t n = 1; n <= 300; n++)
     for (uint64_t k = 0; k <= n; k++) {
       size_t bound = index_code_bound(n, k);
-      for (uint64_t j = 0; j <= k; j++) ASSERT_LE(index_code_bytes(n, j), bound) << "n=" << n << " k=" << k << " j=" << j;
+      for (uint64_t j = 0; j <= k; j++)
+        ASSERT_LE(index_code_bytes(n, j), bound) << "n=" << n << " k=" << k << " j=" << j;
     }
   // Larger tensors: every k on a grid, every j <= k on a finer one, plus j near k.
   for (uint64_t n : std::vector<uint64_t>{1000, 65537, 25557032, UINT64_C(1) << 40}) {

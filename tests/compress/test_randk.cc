@@ -87,9 +87,10 @@ std::vector<float> Iota(size_t n) {  // distinct nonzero values, exact in fp32
 }
 
 TEST(Randk, IndicesAreStratifiedAndIncreasing) {
-  const std::pair<uint64_t, uint64_t> nk[] = {{1, 1},      {2, 1},         {2, 2},     {7, 3},          {100, 1},
-                                              {100, 100},  {1000, 10},     {1000, 999}, {100003, 1000}, {65536, 7},
-                                              {1ull << 40, 100}, {1ull << 40, 1ull << 20}, {UINT64_MAX, 3}};
+  const std::pair<uint64_t, uint64_t> nk[] = {
+      {1, 1},         {2, 1},      {2, 2},         {7, 3},     {100, 1},          {100, 100},
+      {1000, 10},     {1000, 999}, {100003, 1000}, {65536, 7}, {1ull << 40, 100}, {1ull << 40, 1ull << 20},
+      {UINT64_MAX, 3}};
   for (auto [n, k] : nk) {
     size_t prev = 0;
     size_t step = k > 5000 ? k / 5000 : 1;
@@ -179,31 +180,35 @@ TEST(Randk, EveryOffsetInAStratumIsDrawn) {
 
 TEST(Randk, NonFiniteAndUnrepresentableAreExceptions) {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-  const size_t n = 1000;
-  for (const char* vt : {"fp32", "fp16"}) {
-    std::vector<float> x = Iota(n);
-    const uint64_t key = 5;
-    std::vector<size_t> chosen = Indices(key, n, 100);
-    // Two chosen positions and some others, all bad.
-    std::vector<uint64_t> bad = {0, chosen[3], 333, chosen[50], 999};
-    std::sort(bad.begin(), bad.end());
-    bad.erase(std::unique(bad.begin(), bad.end()), bad.end());
-    for (size_t j = 0; j < bad.size(); j++) x[bad[j]] = j % 2 ? nan : -inf;
-    x[777] = 1e6f;  // fine in fp32, beyond fp16
-    const std::vector<float> orig = x;
-    Frame f = Encode(std::string("randk:ratio=0.1,ef=1,values=") + vt, x, key);
-    ASSERT_EQ(f.res, gcclSuccess);
-    std::vector<uint64_t> want = bad;
-    if (std::string(vt) == "fp16") {
-      want.push_back(777);
-      std::sort(want.begin(), want.end());
+  for (size_t n : {size_t(1000), size_t(200003)}) {  // one scan span, and several
+    for (const char* vt : {"fp32", "fp16"}) {
+      std::vector<float> x(n);
+      for (size_t i = 0; i < n; i++) x[i] = (float)(i % 50000 + 1);  // within fp16 range
+      const uint64_t key = 5;
+      std::vector<size_t> chosen = Indices(key, n, n / 10);
+      // Chosen positions and others, all bad, in every scan span.
+      std::vector<uint64_t> bad = {0, chosen[3], 333, chosen[50], n - 1};
+      for (size_t i = 65536 - 1; i < n; i += 65536) bad.insert(bad.end(), {i, i + 1, chosen[i / 10]});
+      std::sort(bad.begin(), bad.end());
+      bad.erase(std::unique(bad.begin(), bad.end()), bad.end());
+      for (size_t j = 0; j < bad.size(); j++) x[bad[j]] = j % 2 ? nan : -inf;
+      x[777] = 1e6f;  // fine in fp32, beyond fp16 (777 is not in bad)
+      const std::vector<float> orig = x;
+      Frame f = Encode(std::string("randk:ratio=0.1,ef=1,values=") + vt, x, key);
+      ASSERT_EQ(f.res, gcclSuccess);
+      std::vector<uint64_t> want = bad;
+      if (std::string(vt) == "fp16") {
+        want.push_back(777);
+        std::sort(want.begin(), want.end());
+      }
+      EXPECT_EQ(f.exc, want);
+      size_t vs = std::string(vt) == "fp32" ? 4 : 2;
+      for (size_t j : {size_t(3), size_t(50)})
+        EXPECT_EQ(values_get(f.payload.data() + j * vs, (spec_values)f.h.values), 0.0f);
+      for (uint64_t i : want) EXPECT_EQ(x[i], 0.0f) << "residual at exception " << i;
+      std::vector<float> d = Decode(f);
+      for (uint64_t i : want) EXPECT_EQ(d[i], 0.0f);
     }
-    EXPECT_EQ(f.exc, want);
-    size_t vs = std::string(vt) == "fp32" ? 4 : 2;
-    for (size_t j : {size_t(3), size_t(50)}) EXPECT_EQ(values_get(f.payload.data() + j * vs, (spec_values)f.h.values), 0.0f);
-    for (uint64_t i : want) EXPECT_EQ(x[i], 0.0f) << "residual at exception " << i;
-    std::vector<float> d = Decode(f);
-    for (uint64_t i : want) EXPECT_EQ(d[i], 0.0f);
   }
 }
 

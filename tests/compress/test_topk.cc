@@ -166,7 +166,8 @@ const size_t kSizes[] = {1, 2, 7, 100, 1000, 100003};
 const char* kRatios[] = {"0.001", "0.01", "0.1", "0.5", "1"};
 
 // Checks that f keeps exactly `want` with values x[want] (fp32 values) and nothing else.
-void ExpectKeeps(const Frame& f, const std::vector<float>& x, const std::vector<uint64_t>& want, const std::string& what) {
+void ExpectKeeps(const Frame& f, const std::vector<float>& x, const std::vector<uint64_t>& want,
+                 const std::string& what) {
   ASSERT_EQ(f.res, gcclSuccess) << what << ": " << err_last();
   ASSERT_EQ(f.h.k, want.size()) << what;
   ASSERT_EQ(Indices(f), want) << what;
@@ -305,7 +306,8 @@ TEST(Topk, HalfValuesDecodeToTheRoundedValues) {
       std::vector<bool> in(n, false);
       for (uint64_t i : want) {
         in[i] = true;
-        float r = std::string(vt) == "fp16" ? half_to_float(float_to_half(orig[i])) : bf16_to_float(float_to_bf16(orig[i]));
+        float r =
+            std::string(vt) == "fp16" ? half_to_float(float_to_half(orig[i])) : bf16_to_float(float_to_bf16(orig[i]));
         ASSERT_EQ(d[i], r);
         ASSERT_EQ(x[i], orig[i] - r) << "residual";
       }
@@ -319,10 +321,10 @@ TEST(Topk, HalfValuesDecodeToTheRoundedValues) {
 
 TEST(Topk, ValuesBeyondTheCarriedTypeAreExceptions) {
   std::vector<float> x = Data(kNormal, 1000, 6);
-  x[10] = 70000.0f;    // rounds to inf in fp16
-  x[20] = -65520.0f;   // exactly the fp16 overflow point
-  x[30] = 65504.0f;    // the largest fp16: representable
-  x[40] = FLT_MAX;     // bf16 overflow
+  x[10] = 70000.0f;   // rounds to inf in fp16
+  x[20] = -65520.0f;  // exactly the fp16 overflow point
+  x[30] = 65504.0f;   // the largest fp16: representable
+  x[40] = FLT_MAX;    // bf16 overflow
   const std::vector<float> orig = x;
   Frame h = Encode("topk:ratio=0.01,values=fp16", x);
   ASSERT_EQ(h.res, gcclSuccess);
@@ -340,7 +342,8 @@ TEST(Topk, ValuesBeyondTheCarriedTypeAreExceptions) {
   Frame f = Encode("topk:ratio=0.01", x);
   EXPECT_TRUE(f.exc.empty());
   std::vector<uint64_t> kept = Indices(f);
-  for (uint64_t i : std::vector<uint64_t>{10, 20, 30, 40}) EXPECT_TRUE(std::binary_search(kept.begin(), kept.end(), i)) << i;
+  for (uint64_t i : std::vector<uint64_t>{10, 20, 30, 40})
+    EXPECT_TRUE(std::binary_search(kept.begin(), kept.end(), i)) << i;
 }
 
 TEST(Topk, ErrorFeedbackLeavesTheResidual) {
@@ -432,8 +435,10 @@ TEST(Topk, DecodeIntoEveryDtypeSkippingExceptions) {
   frame_header h = f.h;
   for (gcclDataType_t dt : {gcclFloat32, gcclFloat64, gcclFloat16, gcclBfloat16}) {
     h.dtype = dt;
-    void* dst = dt == gcclFloat32 ? (void*)d32.data() : dt == gcclFloat64 ? (void*)d64.data()
-                : dt == gcclFloat16 ? (void*)d16.data() : (void*)db16.data();
+    void* dst = dt == gcclFloat32   ? (void*)d32.data()
+                : dt == gcclFloat64 ? (void*)d64.data()
+                : dt == gcclFloat16 ? (void*)d16.data()
+                                    : (void*)db16.data();
     ASSERT_EQ(codec_topk_ops.decode_accumulate(&h, p.get(), exc.data(), exc.size(), dst), gcclSuccess);
   }
   for (size_t i = 0; i < 1000; i++) {
@@ -510,7 +515,10 @@ TEST(Topk, ZstdSectionCorruptionIsRejected) {
   // Truncated, extended, or the flag on a plain section.
   for (int delta : {-1, 1}) {
     Frame bad = z;
-    if (delta < 0) bad.payload.pop_back(); else bad.payload.push_back(0);
+    if (delta < 0)
+      bad.payload.pop_back();
+    else
+      bad.payload.push_back(0);
     bad.h.payload_bytes = bad.payload.size();
     EXPECT_EQ(Validate(bad.h, bad.payload), gcclCorruptData);
   }
@@ -526,6 +534,21 @@ TEST(Topk, WithoutZstdTheKeyIsRefused) {
   void* st = nullptr;
   EXPECT_EQ(codec_topk_ops.state_create(&s, 10, &st), gcclInvalidArgument);
   std::vector<float> x = Data(kNormal, 1000, 16);
+  {  // encode refuses too, whatever its scratch
+    codec_spec plain = Spec("topk:ratio=0.01");
+    ASSERT_EQ(codec_topk_ops.state_create(&plain, x.size(), &st), gcclSuccess);
+    exc_list exc{};
+    encode_ctx ctx{};
+    ctx.spec = &s;
+    ctx.exc = &exc;
+    ctx.state = st;
+    frame_header h{};
+    std::vector<unsigned char> buf(codec_topk_ops.payload_bound(&s, x.size()));
+    size_t pb;
+    EXPECT_EQ(codec_topk_ops.encode(&ctx, x.data(), nullptr, x.size(), buf.data(), &pb, &h), gcclInvalidArgument);
+    EXPECT_NE(std::string(err_last()).find("without zstd"), std::string::npos);
+    codec_topk_ops.state_destroy(st);
+  }
   Frame f = Encode("topk:ratio=0.01", x);
   f.h.flags = FRAME_FLAG_ZSTD;
   EXPECT_EQ(Validate(f.h, f.payload), gcclInvalidUsage);
@@ -613,6 +636,35 @@ TEST(Topk, ValidateRejectsHostileFrames) {
   }
 }
 
+TEST(Topk, ValuesEightAtATimeMatchTheScalarConversions) {
+  // Every value a sparse codec may send: finite, below topk_exc_key. Magnitudes
+  // from fp32 subnormals through fp16 subnormals to the overflow edge, both signs.
+  std::mt19937_64 rng(19);
+  for (spec_values vt : {SPEC_VALUES_FP32, SPEC_VALUES_FP16, SPEC_VALUES_BF16}) {
+    std::vector<uint32_t> bits;
+    for (uint32_t b : {0x00000000u, 0x80000000u, 0x00000001u, 0x33000000u, 0x33000001u, 0x387FC000u, 0x38800000u,
+                       0x477FEFFFu, 0x477FE000u, 0x3F800000u, 0x7F7F7FFFu})
+      if ((b & 0x7FFFFFFFu) < topk_exc_key(vt)) bits.push_back(b);
+    while (bits.size() < 10007) {
+      uint32_t b = (uint32_t)rng();
+      if ((b & 0x7FFFFFFFu) < topk_exc_key(vt)) bits.push_back(b);
+    }
+    size_t vs = values_size(vt);
+    std::vector<unsigned char> fast(bits.size() * vs), slow(bits.size() * vs);
+    std::vector<float> dec(bits.size()), back(bits.size());
+    topk_values_put(fast.data(), vt, bits.data(), bits.size(), dec.data());
+    topk_values_get(fast.data(), vt, bits.size(), back.data());
+    for (size_t j = 0; j < bits.size(); j++) {
+      float f;
+      std::memcpy(&f, &bits[j], 4);
+      float want = values_put(slow.data() + j * vs, vt, f);
+      ASSERT_EQ(std::memcmp(&dec[j], &want, 4), 0) << vt << " " << std::hex << bits[j];
+      ASSERT_EQ(std::memcmp(&back[j], &want, 4), 0) << vt << " " << std::hex << bits[j];
+    }
+    ASSERT_EQ(fast, slow);
+  }
+}
+
 // ---- the filter's AVX2 and portable paths agree ----------------------------------
 
 struct FilterOut {
@@ -634,7 +686,8 @@ FilterOut RunFilter(const std::vector<float>& x, uint32_t thr, uint32_t exc_key,
   // A copy at an odd offset: the vector loads must not assume alignment.
   std::vector<float> buf(x.size() + 1);
   std::copy(x.begin(), x.end(), buf.begin() + 1);
-  o.res = topk_filter(buf.data() + 1, x.size(), thr, exc_key, quota, idx.data(), bits.data(), cap, &exc, simd, &o.count);
+  o.res =
+      topk_filter(buf.data() + 1, x.size(), thr, exc_key, quota, idx.data(), bits.data(), cap, &exc, simd, &o.count);
   size_t got = std::min(o.count, cap);
   o.idx.assign(idx.begin(), idx.begin() + got);
   o.bits.assign(bits.begin(), bits.begin() + got);
@@ -669,8 +722,10 @@ TEST(Topk, FilterSimdMatchesScalar) {
               std::vector<uint64_t> want_idx, want_exc;
               for (size_t i = 0; i < n; i++) {
                 uint32_t key = Key(x[i]);
-                if (key >= exc_key) want_exc.push_back(i);
-                else if (key > thr || (key == thr && ties++ < quota)) want_idx.push_back(i);
+                if (key >= exc_key)
+                  want_exc.push_back(i);
+                else if (key > thr || (key == thr && ties++ < quota))
+                  want_idx.push_back(i);
               }
               ASSERT_EQ(a.idx, want_idx);
               ASSERT_EQ(a.exc, want_exc);
