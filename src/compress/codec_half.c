@@ -17,7 +17,7 @@
 #include "compress/crc32c.h"
 
 #if defined(__x86_64__)
-#include <cpuid.h>
+#include "common/cpu.h"
 #include <immintrin.h>
 #define HALF_HAVE_X86 1
 #endif
@@ -134,13 +134,6 @@ __attribute__((target("avx2"))) static void bf16_decode_avx2(float* dst, const u
   bf16_decode_scalar(dst + i, in + 2 * i, n - i);
 }
 #endif
-
-/* CPUID.1:ECX bit 29. Not __builtin_cpu_supports("f16c"): clang before 16
- * rejects that feature name, and the fuzzers build with clang. */
-static int cpu_has_f16c(void) {
-  unsigned a, b, c, d;
-  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
-}
 
 /* The kernels for a codec on this CPU. Tests call with force_scalar to compare. */
 static void half_kernels(enum codec_id codec, int force_scalar, half_encode_fn* enc, half_decode_fn* dec) {

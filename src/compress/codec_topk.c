@@ -71,6 +71,8 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+
+#include "common/cpu.h"
 #define TOPK_X86 1
 #endif
 #ifdef GCCL_HAVE_ZSTD
@@ -275,7 +277,7 @@ gcclResult_t topk_filter(const float* x, size_t n, uint32_t thr, uint32_t exc_ke
   struct filter f = {thr, exc_key, tie_quota, idx, bits, cap, 0, exc};
   int r;
 #ifdef TOPK_X86
-  if (simd && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") && __builtin_cpu_supports("popcnt"))
+  if (simd && __builtin_cpu_supports("avx2") && cpu_has_bmi1() && __builtin_cpu_supports("popcnt"))
     r = filter_avx2(&f, x, n);
   else
 #endif
@@ -312,7 +314,7 @@ __attribute__((target("avx2,f16c"))) static size_t get_half_f16c(const unsigned 
 }
 
 static int have_f16c(void) {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && cpu_has_f16c();
 }
 #endif
 
