@@ -9,6 +9,7 @@
 
 #include "../common/dtype.h"
 #include "../common/result.h"
+#include "../compress/compressor.h"
 #include "coll.h"
 
 struct coll_desc {
@@ -17,7 +18,10 @@ struct coll_desc {
   uint64_t seq;
   uint64_t send, recv;         /* buffer addresses: used on a shared address space */
   uint64_t send_bytes, recv_bytes;
+  char spec[SPEC_FORMAT_MAX]; /* the compressor's canonical spec; "" for a dense call */
 };
+
+_Static_assert(sizeof(struct coll_desc) <= TP_SMALL_MAX, "a call descriptor must fit allgather_small");
 
 /* Bytes of the send and receive buffers a rank touches for this call. */
 static void buffer_bytes(const struct coll_args* a, int rank, int nranks, uint64_t* send, uint64_t* recv) {
@@ -51,6 +55,7 @@ gcclResult_t coll_agree(struct coll_ctx* ctx, const struct coll_args* a, enum co
                            .count = a->count, .seq = seq,
                            .send = (uint64_t)(uintptr_t)a->sendbuff, .recv = (uint64_t)(uintptr_t)a->recvbuff};
   buffer_bytes(a, ctx->rank, ctx->nranks, &mine.send_bytes, &mine.recv_bytes);
+  if (a->comp) snprintf(mine.spec, sizeof mine.spec, "%s", a->comp->spec_text);
   struct coll_desc all[ctx->nranks > 0 ? ctx->nranks : 1];
   GCCL_CHECK(ctx->tp->ops->allgather_small(ctx->tp, &mine, sizeof mine, all));
 
@@ -74,6 +79,9 @@ gcclResult_t coll_agree(struct coll_ctx* ctx, const struct coll_args* a, enum co
     if (d->root != d0->root)
       return err_set(gcclInvalidUsage, "root mismatch in %s: rank 0 passed %d, rank %d passed %d", what, d0->root, r,
                      d->root);
+    if (strcmp(d->spec, d0->spec) != 0)
+      return err_set(gcclInvalidUsage, "compressor mismatch in %s: rank 0 uses \"%s\", rank %d uses \"%s\"", what,
+                     d0->spec[0] ? d0->spec : "(dense)", r, d->spec[0] ? d->spec : "(dense)");
     if (d->algo != d0->algo)
       return err_set(gcclInvalidUsage, "algorithm mismatch in %s: rank 0 chose %s, rank %d chose %s (set GCCL_ALGO alike)",
                      what, algo_name(d0->algo), r, algo_name(d->algo));

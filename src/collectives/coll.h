@@ -10,7 +10,22 @@
 
 enum coll_kind { COLL_ALLREDUCE = 0, COLL_ALLGATHER, COLL_REDUCESCATTER, COLL_BROADCAST, COLL_REDUCE, COLL_NKINDS };
 
-enum coll_algo { ALGO_RING = 0, ALGO_RHD, ALGO_TREE, ALGO_DIRECT, ALGO_COUNT, ALGO_AUTO = -1 };
+/* Dense algorithms first; the compressed ones (sra, ring-requant, sparse-ag,
+ * sparse-sr, randk) run only when the call carries a compressor; hier runs both. */
+enum coll_algo {
+  ALGO_RING = 0,
+  ALGO_RHD,
+  ALGO_TREE,
+  ALGO_DIRECT,
+  ALGO_HIER,
+  ALGO_SRA,
+  ALGO_RING_REQUANT,
+  ALGO_SPARSE_AG,
+  ALGO_SPARSE_SR,
+  ALGO_RANDK,
+  ALGO_COUNT,
+  ALGO_AUTO = -1
+};
 
 /* One collective call, as the user made it. `count` is the per-call count of the
  * public API: count (allreduce, broadcast, reduce), sendcount (allgather),
@@ -23,6 +38,11 @@ struct coll_args {
   gcclDataType_t dt;
   gcclRedOp_t op;
   int root;
+  /* Compressed collectives: the caller's compressor (its count is the call's
+   * tensor: count, sendcount, or nranks * recvcount); NULL for dense calls. */
+  struct gcclCompressor* comp;
+  size_t comp_first; /* element of the compressor's tensor where this call's data starts
+                        (0 for a user's call; a share of it inside hier) */
 };
 
 /* What an algorithm may use: the transport, the communicator's scratch, and (for
@@ -36,7 +56,24 @@ struct coll_ctx {
   size_t scratch_bytes;
   const void** peer_send; /* [nranks], filled by coll_agree when tp->shares_address_space */
   void** peer_recv;       /* [nranks] */
+  /* Topology: ranks [k*local_size, (k+1)*local_size) form node k (the last node
+   * may be smaller). GCCL_RANKS_PER_NODE, else nranks (one node). */
+  int local_size;
+  /* Grow-only workspace for frames (coll_workspace); sizes differ between ranks. */
+  void* work;
+  size_t work_bytes;
 };
+
+/* Points *out at a workspace of at least `bytes` (64-byte aligned, pre-touched),
+ * growing the communicator's workspace when needed; what it held is lost. */
+gcclResult_t coll_workspace(struct coll_ctx* ctx, size_t bytes, void** out);
+/* Frees the workspace (communicator destruction). */
+void coll_workspace_free(struct coll_ctx* ctx);
+
+/* Rounds a byte count up to a multiple of 64, for laying frames out in a workspace. */
+static inline size_t coll_align64(size_t bytes) {
+  return (bytes + 63) & ~(size_t)63;
+}
 
 /* Scratch bytes each communicator allocates (split by algorithms as they need). */
 #define COLL_SCRATCH_BYTES ((size_t)4 << 20)
@@ -55,12 +92,18 @@ gcclResult_t coll_run(struct coll_ctx* ctx, const struct coll_args* args, enum c
  * else chosen by size and rank count. Deterministic: the same on every rank. */
 enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int shares_address_space,
                             enum coll_algo forced);
+/* The same for a call with a compressor (codec id from compress/spec.h; density
+ * = k / count for sparse codecs, else 1). */
+enum coll_algo tuner_choose_compressed(enum coll_kind kind, int codec, double density, size_t bytes, int nranks,
+                                       int local_size, enum coll_algo forced);
 /* Parses "ring", "rhd", "tree", "direct" (case-insensitive); ALGO_AUTO otherwise. */
 enum coll_algo algo_from_name(const char* name);
 const char* algo_name(enum coll_algo algo);
 const char* coll_kind_name(enum coll_kind kind);
-/* Whether collective `kind` has algorithm `algo`. */
+/* Whether collective `kind` has algorithm `algo`, dense or (compressed != 0) with
+ * a compressor. */
 int coll_has_algo(enum coll_kind kind, enum coll_algo algo, int shares_address_space);
+int coll_has_compressed_algo(enum coll_kind kind, enum coll_algo algo);
 
 /* The algorithms. Each is a schedule over tp_* primitives (direct ones read
  * peers' buffers through ctx->peer_send / peer_recv and synchronise with
@@ -77,6 +120,19 @@ gcclResult_t broadcast_tree(struct coll_ctx* ctx, const struct coll_args* a);
 gcclResult_t broadcast_direct(struct coll_ctx* ctx, const struct coll_args* a);
 gcclResult_t reduce_tree(struct coll_ctx* ctx, const struct coll_args* a);
 gcclResult_t reduce_direct(struct coll_ctx* ctx, const struct coll_args* a);
+/* hier.c: dense, or compressed on the inter-node step when a->comp is set. */
+gcclResult_t allreduce_hier(struct coll_ctx* ctx, const struct coll_args* a);
+
+/* Compressed (a->comp set; op sum or avg, divided afterwards by coll_run). They
+ * stage the compressor's residual for the whole tensor and leave commit or
+ * abort to the caller. */
+gcclResult_t allreduce_sra(struct coll_ctx* ctx, const struct coll_args* a);          /* sra.c */
+gcclResult_t reducescatter_sra(struct coll_ctx* ctx, const struct coll_args* a);      /* sra.c */
+gcclResult_t allgather_frames(struct coll_ctx* ctx, const struct coll_args* a);       /* sra.c */
+gcclResult_t allreduce_ring_requant(struct coll_ctx* ctx, const struct coll_args* a); /* ring_requant.c */
+gcclResult_t allreduce_sparse_ag(struct coll_ctx* ctx, const struct coll_args* a);   /* sparse.c */
+gcclResult_t allreduce_sparse_sr(struct coll_ctx* ctx, const struct coll_args* a);   /* sparse.c */
+gcclResult_t allreduce_randk(struct coll_ctx* ctx, const struct coll_args* a);       /* randk_allreduce.c */
 
 /* Splits count elements into nranks near-equal chunks: chunk r starts at
  * *offset and holds *len elements (the first count % nranks chunks hold one more). */

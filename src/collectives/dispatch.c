@@ -1,4 +1,6 @@
 /* dispatch.c — runs a collective with a chosen algorithm, then gcclAvg's division. */
+
+#include "../common/arena.h"
 #include "../common/reduce.h"
 #include "../common/result.h"
 #include "coll.h"
@@ -7,12 +9,26 @@ typedef gcclResult_t (*coll_fn)(struct coll_ctx*, const struct coll_args*);
 
 static const coll_fn algorithms[COLL_NKINDS][ALGO_COUNT] = {
     [COLL_ALLREDUCE] = {[ALGO_RING] = allreduce_ring, [ALGO_RHD] = allreduce_rhd, [ALGO_TREE] = allreduce_tree,
-                        [ALGO_DIRECT] = allreduce_direct},
+                        [ALGO_DIRECT] = allreduce_direct, [ALGO_HIER] = allreduce_hier},
     [COLL_ALLGATHER] = {[ALGO_RING] = allgather_ring, [ALGO_DIRECT] = allgather_direct},
     [COLL_REDUCESCATTER] = {[ALGO_RING] = reducescatter_ring, [ALGO_DIRECT] = reducescatter_direct},
     [COLL_BROADCAST] = {[ALGO_TREE] = broadcast_tree, [ALGO_DIRECT] = broadcast_direct},
     [COLL_REDUCE] = {[ALGO_TREE] = reduce_tree, [ALGO_DIRECT] = reduce_direct},
 };
+
+/* With a compressor. */
+static const coll_fn compressed[COLL_NKINDS][ALGO_COUNT] = {
+    [COLL_ALLREDUCE] = {[ALGO_SRA] = allreduce_sra, [ALGO_RING_REQUANT] = allreduce_ring_requant,
+                        [ALGO_SPARSE_AG] = allreduce_sparse_ag, [ALGO_SPARSE_SR] = allreduce_sparse_sr,
+                        [ALGO_RANDK] = allreduce_randk, [ALGO_HIER] = allreduce_hier},
+    [COLL_ALLGATHER] = {[ALGO_SRA] = allgather_frames},
+    [COLL_REDUCESCATTER] = {[ALGO_SRA] = reducescatter_sra},
+};
+
+int coll_has_compressed_algo(enum coll_kind kind, enum coll_algo algo) {
+  if (kind < 0 || kind >= COLL_NKINDS || algo < 0 || algo >= ALGO_COUNT) return 0;
+  return compressed[kind][algo] != NULL;
+}
 
 int coll_has_algo(enum coll_kind kind, enum coll_algo algo, int shares_address_space) {
   if (kind < 0 || kind >= COLL_NKINDS || algo < 0 || algo >= ALGO_COUNT) return 0;
@@ -21,8 +37,8 @@ int coll_has_algo(enum coll_kind kind, enum coll_algo algo, int shares_address_s
 }
 
 gcclResult_t coll_run(struct coll_ctx* ctx, const struct coll_args* a, enum coll_algo algo) {
-  coll_fn fn = (a->kind >= 0 && a->kind < COLL_NKINDS && algo >= 0 && algo < ALGO_COUNT) ? algorithms[a->kind][algo]
-                                                                                         : NULL;
+  int ok = a->kind >= 0 && a->kind < COLL_NKINDS && algo >= 0 && algo < ALGO_COUNT;
+  coll_fn fn = !ok ? NULL : a->comp ? compressed[a->kind][algo] : algorithms[a->kind][algo];
   if (!fn) return err_set(gcclInternalError, "%s has no %s algorithm", coll_kind_name(a->kind), algo_name(algo));
   if (a->count == 0) return gcclSuccess;
   GCCL_CHECK(fn(ctx, a));
@@ -33,4 +49,22 @@ gcclResult_t coll_run(struct coll_ctx* ctx, const struct coll_args* a, enum coll
     if (holds_result) reduce_divide(a->recvbuff, a->count, a->dt, ctx->nranks);
   }
   return gcclSuccess;
+}
+
+gcclResult_t coll_workspace(struct coll_ctx* ctx, size_t bytes, void** out) {
+  if (bytes > ctx->work_bytes) {
+    coll_workspace_free(ctx);
+    /* Grow by half again: a few calls of rising size do not reallocate each time. */
+    size_t want = bytes + bytes / 2;
+    GCCL_CHECK(arena_alloc(&ctx->work, want));
+    ctx->work_bytes = want;
+  }
+  *out = ctx->work;
+  return gcclSuccess;
+}
+
+void coll_workspace_free(struct coll_ctx* ctx) {
+  arena_free(ctx->work, ctx->work_bytes);
+  ctx->work = NULL;
+  ctx->work_bytes = 0;
 }

@@ -1,9 +1,11 @@
 /* tuner.c — the one place that chooses an algorithm. */
 #include <strings.h>
 
+#include "../compress/spec.h"
 #include "coll.h"
 
-static const char* const algo_names[ALGO_COUNT] = {"ring", "rhd", "tree", "direct"};
+static const char* const algo_names[ALGO_COUNT] = {"ring", "rhd",  "tree",      "direct",    "hier",
+                                                   "sra",  "ring-requant", "sparse-ag", "sparse-sr", "randk"};
 
 const char* algo_name(enum coll_algo algo) {
   return (algo >= 0 && algo < ALGO_COUNT) ? algo_names[algo] : "auto";
@@ -43,4 +45,29 @@ enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int s
     case COLL_REDUCESCATTER: return ALGO_RING;
     default: return ALGO_TREE;
   }
+}
+
+/* Sparse allgather receives (p-1) k entries per rank; the split-reduce about 2k
+ * plus its dense switch. Allgather wins while (p-1) k stays below ~2k + latency:
+ * few ranks. */
+#define TUNER_SPARSE_AG_MAX_RANKS 4
+
+enum coll_algo tuner_choose_compressed(enum coll_kind kind, int codec, double density, size_t bytes, int nranks,
+                                       int local_size, enum coll_algo forced) {
+  (void)bytes;
+  (void)density;
+  if (kind != COLL_ALLREDUCE) return ALGO_SRA; /* allgather and reduce-scatter have one schedule each */
+  int sparse = codec == CODEC_TOPK, randk = codec == CODEC_RANDK;
+  if (forced != ALGO_AUTO && coll_has_compressed_algo(kind, forced)) {
+    /* A forced algorithm must fit the codec: sparse paths need top-k frames,
+     * randk's needs shared indices, sra and ring-requant need dense frames. */
+    int fits = forced == ALGO_HIER || (forced == ALGO_SPARSE_AG || forced == ALGO_SPARSE_SR ? sparse
+                                       : forced == ALGO_RANDK                               ? randk
+                                                                                            : !sparse && !randk);
+    if (fits) return forced;
+  }
+  if (local_size > 1 && local_size < nranks) return ALGO_HIER;
+  if (sparse) return nranks <= TUNER_SPARSE_AG_MAX_RANKS ? ALGO_SPARSE_AG : ALGO_SPARSE_SR;
+  if (randk) return ALGO_RANDK;
+  return ALGO_SRA;
 }

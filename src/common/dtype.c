@@ -141,3 +141,41 @@ uint16_t float_to_bf16(float f) {
   x += 0x7fffu + ((x >> 16) & 1u);
   return (uint16_t)(x >> 16);
 }
+
+void f32_load(float* dst, const void* src, gcclDataType_t dt, size_t n) {
+  switch (dt) {
+    case gcclFloat32:
+      if (n && dst != src) memmove(dst, src, n * sizeof *dst);
+      break;
+    case gcclFloat64:
+      for (size_t i = 0; i < n; i++) dst[i] = (float)((const double*)src)[i];
+      break;
+    case gcclFloat16:
+      for (size_t i = 0; i < n; i++) dst[i] = half_to_float(((const uint16_t*)src)[i]);
+      break;
+    case gcclBfloat16:
+      for (size_t i = 0; i < n; i++) dst[i] = bf16_to_float(((const uint16_t*)src)[i]);
+      break;
+    default:
+      break;
+  }
+}
+
+void f32_store(void* dst, gcclDataType_t dt, const float* src, size_t n) {
+  switch (dt) {
+    case gcclFloat32:
+      if (n && dst != src) memmove(dst, src, n * sizeof *src);
+      break;
+    case gcclFloat64:
+      for (size_t i = 0; i < n; i++) ((double*)dst)[i] = src[i];
+      break;
+    case gcclFloat16:
+      for (size_t i = 0; i < n; i++) ((uint16_t*)dst)[i] = float_to_half(src[i]);
+      break;
+    case gcclBfloat16:
+      for (size_t i = 0; i < n; i++) ((uint16_t*)dst)[i] = float_to_bf16(src[i]);
+      break;
+    default:
+      break;
+  }
+}

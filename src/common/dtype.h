@@ -22,4 +22,9 @@ uint16_t float_to_half(float f);
 float bf16_to_float(uint16_t b);
 uint16_t float_to_bf16(float f);
 
+/* Float tensors to and from fp32 (fp64 rounds to nearest; halves as above).
+ * dt must be a float type. In place (dst == src) only for fp32. */
+void f32_load(float* dst, const void* src, gcclDataType_t dt, size_t n);
+void f32_store(void* dst, gcclDataType_t dt, const float* src, size_t n);
+
 #endif

@@ -79,6 +79,42 @@ static void build_input(float* x, const void* src, const float* residual, size_t
     for (size_t i = 0; i < n; i++) x[i] += residual[i];
 }
 
+/* The frame's tail: the exceptions list (index, raw value of the input at that
+ * index, in the frame's dtype), then CRC and header. src is the tensor part the
+ * frame encodes, of src_dt; the frame's dtype is h->dtype. */
+static gcclResult_t seal_frame(struct gcclCompressor* c, void* frame, size_t cap, struct frame_header* h,
+                               const struct encode_ctx* ctx, const void* src, gcclDataType_t src_dt,
+                               size_t* frame_bytes) {
+  unsigned char* payload = (unsigned char*)frame + FRAME_HEADER_BYTES;
+  size_t entry = frame_exception_bytes(h->dtype), es = dtype_size(src_dt), pb = h->payload_bytes;
+  unsigned char* e = payload + pb;
+  const unsigned char* s = src;
+  for (size_t j = 0; j < c->exc.n; j++, e += entry) {
+    size_t i = c->exc.idx[j];
+    put_u64le(e, i);
+    if (h->dtype == src_dt) {
+      memcpy(e + 8, s + i * es, es);
+    } else {
+      float v;
+      f32_load(&v, s + i * es, src_dt, 1);
+      put_f32(e + 8, v);
+    }
+  }
+  uint32_t crc = ctx->payload_crc_valid ? ctx->payload_crc : crc32c(0, payload, pb);
+  crc = crc32c(crc, payload + pb, c->exc.n * entry);
+  GCCL_CHECK(frame_header_write_crc(frame, cap, h, crc));
+  return frame_total_bytes(h, frame_bytes);
+}
+
+/* The random keys of one encode: per call, rank, part and stage. */
+static void encode_keys(const struct gcclCompressor* c, size_t first, uint32_t stage, uint64_t* key,
+                        uint64_t* shared) {
+  *key = rng_key(c->spec.seed, c->calls, c->rank);
+  *shared = rng_key(c->spec.seed, c->calls, RNG_SHARED);
+  if (first != 0) *key = rng_mix64(*key ^ first), *shared = rng_mix64(*shared ^ first);
+  if (stage != 0) *key = rng_mix64(*key ^ ((uint64_t)stage << 48));
+}
+
 /* Raw fallback: the tensor verbatim. With error feedback nothing of the residual
  * was sent, so it carries over, except where the input is not finite. */
 static void encode_raw(struct gcclCompressor* c, const void* src, size_t first, size_t n, unsigned char* payload,
@@ -117,37 +153,131 @@ gcclResult_t compressor_encode_part(struct gcclCompressor* c, const void* src, s
     int ef = c->spec.ef;
     float* x = c->work ? c->work + first : (float*)(uintptr_t)src; /* work exists unless dt is fp32 and ef off */
     if (c->work) build_input(x, src, ef ? c->residual + first : NULL, n, c->dt);
-
-    uint64_t key = rng_key(c->spec.seed, c->calls, c->rank);
-    uint64_t shared = rng_key(c->spec.seed, c->calls, RNG_SHARED);
-    if (first != 0) key = rng_mix64(key ^ first), shared = rng_mix64(shared ^ first);
+    struct encode_ctx ctx = {.spec = &c->spec, .exc = &c->exc, .state = c->state};
+    encode_keys(c, first, 0, &ctx.key, &ctx.shared_key);
     c->exc.n = 0;
-    struct encode_ctx ctx = {.spec = &c->spec, .key = key, .shared_key = shared, .exc = &c->exc, .state = c->state};
     size_t pb = 0;
     GCCL_CHECK(c->ops->encode(&ctx, x, ef ? x : NULL, n, payload, &pb, &h));
     h.payload_bytes = pb;
     h.exceptions = c->exc.n;
-
-    size_t entry = frame_exception_bytes(c->dt);
-    if (c->exc.n > (bound - FRAME_HEADER_BYTES - pb) / entry) {
-      encode_raw(c, src, first, n, payload, &h);
-    } else {
-      unsigned char* e = payload + pb;
-      const unsigned char* s = src;
-      for (size_t j = 0; j < c->exc.n; j++, e += entry) {
-        put_u64le(e, c->exc.idx[j]);
-        memcpy(e + 8, s + c->exc.idx[j] * es, es);
-      }
-      uint32_t crc = ctx.payload_crc_valid ? ctx.payload_crc : crc32c(0, payload, pb);
-      crc = crc32c(crc, payload + pb, c->exc.n * entry);
-      GCCL_CHECK(frame_header_write_crc(frame, cap, &h, crc));
-      if (ef) c->staged += n;
-      return frame_total_bytes(&h, frame_bytes);
-    }
     if (ef) c->staged += n;
+    if (c->exc.n <= (bound - FRAME_HEADER_BYTES - pb) / frame_exception_bytes(c->dt))
+      return seal_frame(c, frame, cap, &h, &ctx, src, c->dt, frame_bytes);
+    encode_raw(c, src, first, n, payload, &h);
   }
   GCCL_CHECK(frame_header_write(frame, cap, &h));
   return frame_total_bytes(&h, frame_bytes);
+}
+
+/* ---- for the compressed collectives ------------------------------------------ */
+
+size_t compressor_bound_f32(const struct gcclCompressor* c, size_t n) {
+  size_t raw = n * sizeof(float);
+  size_t payload = c->spec.codec == CODEC_NONE ? raw : c->ops->payload_bound(&c->spec, n);
+  return FRAME_HEADER_BYTES + (payload > raw ? payload : raw);
+}
+
+static gcclResult_t check_range(const struct gcclCompressor* c, size_t first, size_t n) {
+  if (first > c->count || n > c->count - first)
+    return err_set(gcclInternalError, "elements [%zu, %zu+%zu) outside a tensor of %zu", first, first, n, c->count);
+  return gcclSuccess;
+}
+
+static gcclResult_t ensure_tmp(struct gcclCompressor* c) {
+  if (c->tmp || c->count == 0) return gcclSuccess;
+  return arena_alloc((void**)&c->tmp, c->count * sizeof(float));
+}
+
+gcclResult_t compressor_encode_f32(struct gcclCompressor* c, const void* src, gcclDataType_t src_dt, size_t first,
+                                   size_t n, enum ef_mode mode, uint32_t stage, void* frame, size_t cap,
+                                   size_t* frame_bytes) {
+  GCCL_CHECK(check_range(c, first, n));
+  size_t bound = compressor_bound_f32(c, n);
+  if (cap < bound) return err_set(gcclInternalError, "frame buffer of %zu bytes below the bound %zu", cap, bound);
+  if (!c->spec.ef) mode = EF_OFF;
+  unsigned char* payload = (unsigned char*)frame + FRAME_HEADER_BYTES;
+  struct frame_header h = {.codec = c->spec.codec, .dtype = gcclFloat32, .count = n};
+
+  /* x: the codec's input, written over with x - decoded(x) when there is a
+   * residual to stage. EF_ADD builds it in the staging area itself. */
+  const float* x = src;
+  float* resid = NULL;
+  if (mode == EF_ADD) {
+    float* w = c->work + first;
+    f32_load(w, src, src_dt, n);
+    const float* old = c->residual + first;
+    for (size_t i = 0; i < n; i++) w[i] += old[i];
+    x = resid = w;
+  } else if (mode == EF_RESTAGE || src_dt != gcclFloat32 || c->spec.codec == CODEC_NONE) {
+    GCCL_CHECK(ensure_tmp(c));
+    float* t = c->tmp + first;
+    f32_load(t, src, src_dt, n);
+    x = t;
+    if (mode == EF_RESTAGE) resid = t;
+  }
+  if (c->spec.codec == CODEC_NONE) {
+    if (n) memcpy(payload, x, n * sizeof(float));
+    h.payload_bytes = n * sizeof(float);
+    GCCL_CHECK(frame_header_write(frame, cap, &h));
+    return frame_total_bytes(&h, frame_bytes);
+  }
+  struct encode_ctx ctx = {.spec = &c->spec, .exc = &c->exc, .state = c->state};
+  encode_keys(c, first, stage, &ctx.key, &ctx.shared_key);
+  c->exc.n = 0;
+  size_t pb = 0;
+  GCCL_CHECK(c->ops->encode(&ctx, x, resid, n, payload, &pb, &h));
+  h.payload_bytes = pb;
+  h.exceptions = c->exc.n;
+  if (mode == EF_ADD) c->staged += n;
+  if (c->exc.n <= (bound - FRAME_HEADER_BYTES - pb) / frame_exception_bytes(gcclFloat32)) {
+    if (mode == EF_RESTAGE)
+      for (size_t i = 0; i < n; i++) c->work[first + i] += resid[i];
+    return seal_frame(c, frame, cap, &h, &ctx, src, src_dt, frame_bytes);
+  }
+  /* Raw fallback: float(src) verbatim; nothing is lost, so EF_ADD stages the old
+   * residual (0 where the input is not finite) and EF_RESTAGE adds nothing. */
+  f32_load((float*)(void*)payload, src, src_dt, n); /* payload is 64 bytes into the frame: aligned as frame is */
+  h.flags = FRAME_FLAG_RAW;
+  h.payload_bytes = n * sizeof(float);
+  h.exceptions = 0;
+  if (mode == EF_ADD) {
+    float* w = c->work + first;
+    const float* old = c->residual + first;
+    const float* in = (const float*)(const void*)payload;
+    for (size_t i = 0; i < n; i++) w[i] = f32_finite(in[i] + old[i]) ? old[i] : 0.0f;
+  }
+  GCCL_CHECK(frame_header_write(frame, cap, &h));
+  return frame_total_bytes(&h, frame_bytes);
+}
+
+gcclResult_t compressor_accumulate_exact(struct gcclCompressor* c, const void* src, gcclDataType_t src_dt,
+                                         size_t first, size_t n, float* acc) {
+  GCCL_CHECK(check_range(c, first, n));
+  if (src_dt == gcclFloat32) {
+    const float* s = src;
+    for (size_t i = 0; i < n; i++) acc[i] += s[i];
+  } else {
+    GCCL_CHECK(ensure_tmp(c));
+    float* t = c->tmp + first;
+    f32_load(t, src, src_dt, n);
+    for (size_t i = 0; i < n; i++) acc[i] += t[i];
+  }
+  if (c->spec.ef) {
+    const float* old = c->residual + first;
+    for (size_t i = 0; i < n; i++) acc[i] += old[i];
+    memset(c->work + first, 0, n * sizeof(float));
+    c->staged += n;
+  }
+  return gcclSuccess;
+}
+
+gcclResult_t compressor_stage_keep(struct gcclCompressor* c, size_t first, size_t n) {
+  GCCL_CHECK(check_range(c, first, n));
+  if (c->spec.ef) {
+    if (n) memcpy(c->work + first, c->residual + first, n * sizeof(float));
+    c->staged += n;
+  }
+  return gcclSuccess;
 }
 
 gcclResult_t compressor_commit(struct gcclCompressor* c) {

@@ -29,6 +29,7 @@ struct gcclCompressor {
   size_t staged; /* elements staged in work since the last commit/abort */
   struct exc_list exc;
   void* state; /* codec scratch */
+  float* tmp;  /* count fp32, made on the first collective that needs it (encode_f32) */
 };
 
 /* Largest frame for n elements of the compressor's spec and dtype. */
@@ -51,6 +52,38 @@ gcclResult_t compressor_commit(struct gcclCompressor* c);
 
 /* Forgets staged parts: the residual and call number stay as they were. */
 void compressor_abort(struct gcclCompressor* c);
+
+/* ---- for the compressed collectives (src/collectives/) ----------------------
+ * Collective frames carry fp32 elements (header dtype float32) whatever the
+ * tensor's dtype, so every receiver accumulates frames of every stage into fp32
+ * sums. src arguments point at element `first` of a tensor of src_dt (the
+ * user's dtype, or fp32 for a sum the collective built). */
+
+/* Largest fp32 frame for n elements. */
+size_t compressor_bound_f32(const struct gcclCompressor* c, size_t n);
+
+enum ef_mode {
+  EF_OFF,     /* x = src; the residual is neither read nor staged */
+  EF_ADD,     /* x = src + e_old[first..]; stages x - decoded(x) for the range */
+  EF_RESTAGE, /* x = src; adds x - decoded(x) to what is already staged for the
+               * range (an owner's re-encode of a reduced chunk) */
+};
+
+/* Encodes elements [first, first + n) as one fp32 frame. Without spec.ef every
+ * mode is EF_OFF. `stage` (0, 1, ...) is mixed into the random key so that a
+ * re-encode draws numbers independent of the first encode; the key also mixes
+ * first and the compressor's rank. Same errors as compressor_encode_part. */
+gcclResult_t compressor_encode_f32(struct gcclCompressor* c, const void* src, gcclDataType_t src_dt, size_t first,
+                                   size_t n, enum ef_mode mode, uint32_t stage, void* frame, size_t cap,
+                                   size_t* frame_bytes);
+
+/* acc[i] += float(src[i]) + e_old[first + i] for i < n — the part of its own
+ * input a rank reduces without compressing it — and stages residual 0 there. */
+gcclResult_t compressor_accumulate_exact(struct gcclCompressor* c, const void* src, gcclDataType_t src_dt,
+                                         size_t first, size_t n, float* acc);
+
+/* Stages the current residual unchanged for a range this rank does not encode. */
+gcclResult_t compressor_stage_keep(struct gcclCompressor* c, size_t first, size_t n);
 
 /* The codec-agnostic decoder: validates the whole frame (header, CRC, payload,
  * exceptions) and only then adds it into dst (count elements of dt).

@@ -15,30 +15,30 @@ static gcclResult_t launch(gcclComm_t comm, const struct coll_args* a, gcclStrea
 
 gcclResult_t gcclAllReduce(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t datatype,
                            gcclRedOp_t op, gcclComm_t comm, gcclStream_t stream) {
-  struct coll_args a = {COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0};
+  struct coll_args a = {COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, NULL, 0};
   return launch(comm, &a, stream, "gcclAllReduce");
 }
 
 gcclResult_t gcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, gcclDataType_t datatype,
                            gcclComm_t comm, gcclStream_t stream) {
-  struct coll_args a = {COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, gcclSum, 0};
+  struct coll_args a = {COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, gcclSum, 0, NULL, 0};
   return launch(comm, &a, stream, "gcclAllGather");
 }
 
 gcclResult_t gcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, gcclDataType_t datatype,
                                gcclRedOp_t op, gcclComm_t comm, gcclStream_t stream) {
-  struct coll_args a = {COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0};
+  struct coll_args a = {COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0, NULL, 0};
   return launch(comm, &a, stream, "gcclReduceScatter");
 }
 
 gcclResult_t gcclBroadcast(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t datatype, int root,
                            gcclComm_t comm, gcclStream_t stream) {
-  struct coll_args a = {COLL_BROADCAST, sendbuff, recvbuff, count, datatype, gcclSum, root};
+  struct coll_args a = {COLL_BROADCAST, sendbuff, recvbuff, count, datatype, gcclSum, root, NULL, 0};
   return launch(comm, &a, stream, "gcclBroadcast");
 }
 
 gcclResult_t gcclReduce(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t datatype, gcclRedOp_t op,
                         int root, gcclComm_t comm, gcclStream_t stream) {
-  struct coll_args a = {COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root};
+  struct coll_args a = {COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root, NULL, 0};
   return launch(comm, &a, stream, "gcclReduce");
 }

@@ -12,6 +12,7 @@
 #include "../common/env.h"
 #include "../common/log.h"
 #include "../common/result.h"
+#include "../compress/compressor.h"
 #include "../transport/local.h"
 
 #define DEFAULT_TIMEOUT_MS 300000
@@ -79,6 +80,9 @@ gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks) {
   c->ctx.rank = rank;
   c->ctx.nranks = nranks;
   c->ctx.scratch_bytes = COLL_SCRATCH_BYTES;
+  int64_t per_node = env_int("GCCL_RANKS_PER_NODE", 0);
+  c->ctx.local_size = (per_node > 0 && per_node < nranks) ? (int)per_node : nranks;
+  if (per_node < 0) GCCL_WARN("ignoring GCCL_RANKS_PER_NODE=%lld: must be positive", (long long)per_node);
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->idle, NULL);
 
@@ -95,6 +99,7 @@ void comm_free(gcclComm_t c) {
   if (c->group_stream) gcclStreamDestroy(c->group_stream);
   if (c->tp) c->tp->ops->destroy(c->tp);
   arena_free(c->ctx.scratch, COLL_SCRATCH_BYTES);
+  coll_workspace_free(&c->ctx);
   free(c->ctx.peer_send);
   free(c->ctx.peer_recv);
   pthread_mutex_destroy(&c->mu);
@@ -212,24 +217,42 @@ gcclResult_t gcclCommGetAsyncError(gcclComm_t comm, gcclResult_t* asyncError) {
 
 /* ---- execution ----------------------------------------------------------------------- */
 
-gcclResult_t comm_execute(gcclComm_t comm, const struct coll_args* a) {
+/* The algorithm for a call: the tuner's, with a compressor's codec in mind. */
+static enum coll_algo choose_algo(gcclComm_t comm, const struct coll_args* a) {
+  size_t bytes = a->count * dtype_size(a->dt);
+  if (!a->comp)
+    return tuner_choose(a->kind, bytes, comm->nranks, comm->tp->shares_address_space, comm->forced_algo);
+  const struct codec_spec* s = &a->comp->spec;
+  double density = s->codec == CODEC_TOPK || s->codec == CODEC_RANDK ? s->ratio : 1.0;
+  return tuner_choose_compressed(a->kind, s->codec, density, bytes, comm->nranks, comm->ctx.local_size,
+                                 comm->forced_algo);
+}
+
+gcclResult_t comm_execute(gcclComm_t comm, const struct coll_args* call) {
   log_set_rank(comm->rank);
   struct transport* tp = comm->tp;
   gcclResult_t broken = tp->ops->broken(tp);
   if (broken != gcclSuccess)
     return comm_fail(comm, err_set(gcclInvalidUsage, "%s: the communicator is in an error state (%s); destroy it",
-                                   coll_kind_name(a->kind), gcclGetErrorString(broken)));
-  size_t bytes = a->count * dtype_size(a->dt);
-  enum coll_algo algo = tuner_choose(a->kind, bytes, comm->nranks, tp->shares_address_space, comm->forced_algo);
-  GCCL_INFO(LOG_COLL, "%s seq %llu count %zu %s %s root %d algo %s", coll_kind_name(a->kind),
-            (unsigned long long)comm->seq, a->count, dtype_name(a->dt), op_name(a->op), a->root, algo_name(algo));
-  gcclResult_t res = coll_agree(&comm->ctx, a, algo, comm->seq++);
+                                   coll_kind_name(call->kind), gcclGetErrorString(broken)));
+  /* Codec "none" is the dense path itself: bit-identical to the dense call. */
+  struct coll_args args = *call;
+  const struct coll_args* a = &args;
+  if (args.comp && args.comp->spec.codec == CODEC_NONE) args.comp = NULL;
+  enum coll_algo algo = choose_algo(comm, a);
+  GCCL_INFO(LOG_COLL, "%s seq %llu count %zu %s %s root %d algo %s%s%s", coll_kind_name(a->kind),
+            (unsigned long long)comm->seq, a->count, dtype_name(a->dt), op_name(a->op), a->root, algo_name(algo),
+            a->comp ? " codec " : "", a->comp ? a->comp->spec_text : "");
+  if (a->comp) a->comp->rank = (uint64_t)comm->rank; /* stochastic rounding: independent draws per rank */
+  gcclResult_t res = coll_agree(&comm->ctx, call, algo, comm->seq++);
   if (res == gcclSuccess) {
     res = coll_run(&comm->ctx, a, algo);
+    if (res == gcclSuccess && a->comp) res = compressor_commit(a->comp);
     /* Peers are mid-collective: a local failure must not leave them waiting. */
     if (res != gcclSuccess) tp->ops->abort(tp, res);
   }
   if (res != gcclSuccess) {
+    if (a->comp) compressor_abort(a->comp); /* the residual stays as it was */
     tp->ops->cancel_all(tp);
     gcclResult_t why = tp->ops->broken(tp);
     if (why != gcclSuccess) atomic_store(&comm->async_error, why);

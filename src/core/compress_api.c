@@ -70,6 +70,7 @@ gcclResult_t gcclCompressorDestroy(gcclCompressor_t c) {
   if (c->state) c->ops->state_destroy(c->state);
   arena_free(c->work, c->count * sizeof(float));
   arena_free(c->residual, c->count * sizeof(float));
+  arena_free(c->tmp, c->count * sizeof(float));
   free(c->exc.idx);
   free(c);
   return gcclSuccess;
@@ -166,24 +167,52 @@ gcclResult_t gcclDecodeAccumulate(const void* frame, size_t frameBytes, void* ds
   return frame_decode_accumulate(frame, frameBytes, dst, count, dt);
 }
 
-/* The compressed collectives arrive with the collectives issue; until then they
- * say so and change nothing. */
-static gcclResult_t collective_not_built(gcclComm_t comm, const char* fn) {
-  return comm_fail(comm, err_set(gcclInvalidUsage, "%s: compressed collectives are not built yet in this version", fn));
+/* ---- compressed collectives ------------------------------------------------- */
+
+/* The checks of a dense call, then what a compressor adds: it must be live, made
+ * for this datatype and for the call's tensor (`tensor` elements), and only sum
+ * and avg reduce compressed values. */
+static gcclResult_t launch_compressed(gcclComm_t comm, struct coll_args* a, size_t tensor, gcclCompressor_t c,
+                                      gcclStream_t stream, const char* fn) {
+  gcclResult_t res = argcheck_collective(comm, a, fn);
+  if (res == gcclSuccess && c == NULL) res = err_set(gcclInvalidArgument, "%s: compressor is NULL", fn);
+  if (res == gcclSuccess && c->dt != a->dt)
+    res = err_set(gcclInvalidArgument, "%s: the compressor was made for %s, the call passes %s", fn,
+                  dtype_name(c->dt), dtype_name(a->dt));
+  if (res == gcclSuccess && c->count != tensor)
+    res = err_set(gcclInvalidArgument, "%s: the compressor was made for %zu elements, the call's tensor has %zu", fn,
+                  c->count, tensor);
+  if (res == gcclSuccess && a->kind != COLL_ALLGATHER && a->op != gcclSum && a->op != gcclAvg)
+    res = err_set(gcclInvalidArgument, "%s: compressed collectives reduce with sum or avg, not %s", fn,
+                  op_name(a->op));
+  size_t es = dtype_size(a->dt);
+  if (res == gcclSuccess && es && ((uintptr_t)a->sendbuff % es || (uintptr_t)a->recvbuff % es))
+    res = err_set(gcclInvalidArgument, "%s: buffers must be aligned to their %s elements", fn, dtype_name(a->dt));
+  if (res == gcclSuccess && stream && !stream_valid(stream))
+    res = err_set(gcclInvalidArgument, "%s: stream is not a live gcclStream_t", fn);
+  if (res != gcclSuccess) return comm_fail(comm, res);
+  a->comp = c;
+  return enqueue_collective(comm, a, stream);
 }
 
 gcclResult_t gcclAllReduceCompressed(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t dt,
                                      gcclRedOp_t op, gcclCompressor_t c, gcclComm_t comm, gcclStream_t s) {
-  (void)sendbuff, (void)recvbuff, (void)count, (void)dt, (void)op, (void)c, (void)s;
-  return collective_not_built(comm, "gcclAllReduceCompressed");
+  struct coll_args a = {COLL_ALLREDUCE, sendbuff, recvbuff, count, dt, op, 0, NULL, 0};
+  return launch_compressed(comm, &a, count, c, s, "gcclAllReduceCompressed");
 }
+
 gcclResult_t gcclAllGatherCompressed(const void* sendbuff, void* recvbuff, size_t sendcount, gcclDataType_t dt,
                                      gcclCompressor_t c, gcclComm_t comm, gcclStream_t s) {
-  (void)sendbuff, (void)recvbuff, (void)sendcount, (void)dt, (void)c, (void)s;
-  return collective_not_built(comm, "gcclAllGatherCompressed");
+  struct coll_args a = {COLL_ALLGATHER, sendbuff, recvbuff, sendcount, dt, gcclSum, 0, NULL, 0};
+  return launch_compressed(comm, &a, sendcount, c, s, "gcclAllGatherCompressed");
 }
+
 gcclResult_t gcclReduceScatterCompressed(const void* sendbuff, void* recvbuff, size_t recvcount, gcclDataType_t dt,
                                          gcclRedOp_t op, gcclCompressor_t c, gcclComm_t comm, gcclStream_t s) {
-  (void)sendbuff, (void)recvbuff, (void)recvcount, (void)dt, (void)op, (void)c, (void)s;
-  return collective_not_built(comm, "gcclReduceScatterCompressed");
+  struct coll_args a = {COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, dt, op, 0, NULL, 0};
+  /* The compressor serves the whole send buffer: nranks * recvcount elements. */
+  size_t tensor = (comm && comm->magic == COMM_MAGIC && recvcount <= SIZE_MAX / (size_t)comm->nranks)
+                      ? recvcount * (size_t)comm->nranks
+                      : recvcount;
+  return launch_compressed(comm, &a, tensor, c, s, "gcclReduceScatterCompressed");
 }

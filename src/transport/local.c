@@ -49,7 +49,8 @@ struct lt_req {
   int peer;
   const void* sbuf;
   void* rbuf;
-  size_t bytes;
+  size_t bytes;  /* exact size; for a receive with got != NULL, its capacity */
+  size_t* got;   /* irecv_upto: where the sent size goes */
   gcclResult_t result;
 };
 
@@ -243,11 +244,12 @@ static void progress(struct local_tp* t) {
     w->ranks[r->peer].inflight_reads++;
     gcclResult_t res = gcclSuccess;
     pthread_mutex_unlock(&w->mu);
-    if (s->bytes != r->bytes)
-      res = err_set(gcclInternalError, "rank %d sent %zu bytes, rank %d expected %zu", r->peer, s->bytes, self,
-                    r->bytes);
+    if (r->got ? s->bytes > r->bytes : s->bytes != r->bytes)
+      res = err_set(gcclInternalError, "rank %d sent %zu bytes, rank %d expected %s%zu", r->peer, s->bytes, self,
+                    r->got ? "at most " : "", r->bytes);
     else if (s->bytes)
       memcpy(r->rbuf, s->sbuf, s->bytes);
+    if (res == gcclSuccess && r->got) *r->got = s->bytes;
     pthread_mutex_lock(&w->mu);
     s->result = r->result = res;
     s->state = r->state = LT_DONE;
@@ -296,7 +298,7 @@ static gcclResult_t lt_isend(struct transport* tp, int peer, const void* buf, si
   return res;
 }
 
-static gcclResult_t lt_irecv(struct transport* tp, int peer, void* buf, size_t bytes, tp_req* h) {
+static gcclResult_t lt_irecv_upto(struct transport* tp, int peer, void* buf, size_t bytes, size_t* got, tp_req* h) {
   struct local_tp* t = lt(tp);
   struct local_world* w = t->w;
   pthread_mutex_lock(&w->mu);
@@ -307,12 +309,17 @@ static gcclResult_t lt_irecv(struct transport* tp, int peer, void* buf, size_t b
     r->peer = peer;
     r->rbuf = buf;
     r->bytes = bytes;
+    r->got = got;
     if (me->recv_tail) me->recv_tail->next = r;
     else me->recv_head = r;
     me->recv_tail = r;
   }
   pthread_mutex_unlock(&w->mu);
   return res;
+}
+
+static gcclResult_t lt_irecv(struct transport* tp, int peer, void* buf, size_t bytes, tp_req* h) {
+  return lt_irecv_upto(tp, peer, buf, bytes, NULL, h);
 }
 
 static gcclResult_t lt_wait(struct transport* tp, tp_req h) {
@@ -427,6 +434,7 @@ static const struct transport_ops local_ops = {
     .name = "local",
     .isend = lt_isend,
     .irecv = lt_irecv,
+    .irecv_upto = lt_irecv_upto,
     .wait = lt_wait,
     .allgather_small = lt_allgather_small,
     .barrier = lt_barrier,

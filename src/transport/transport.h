@@ -23,7 +23,7 @@
 typedef int tp_req; /* request handle, >= 0 */
 
 /* Largest message tp_allgather_small carries per rank. */
-#define TP_SMALL_MAX 256
+#define TP_SMALL_MAX 512
 
 struct transport;
 
@@ -32,6 +32,10 @@ struct transport_ops {
   /* Post a send / receive; the buffer must stay valid until the request completes. */
   gcclResult_t (*isend)(struct transport* tp, int peer, const void* buf, size_t bytes, tp_req* req);
   gcclResult_t (*irecv)(struct transport* tp, int peer, void* buf, size_t bytes, tp_req* req);
+  /* A receive of a message whose size the receiver does not know (a compressed
+   * frame): up to cap bytes; *got is set when the request completes. A larger
+   * message fails the request with gcclInternalError. */
+  gcclResult_t (*irecv_upto)(struct transport* tp, int peer, void* buf, size_t cap, size_t* got, tp_req* req);
   /* Block until req completes; the handle is released whatever the result. */
   gcclResult_t (*wait)(struct transport* tp, tp_req req);
   /* Every rank contributes `bytes` (<= TP_SMALL_MAX, same on all ranks) bytes of

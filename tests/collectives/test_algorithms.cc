@@ -51,7 +51,7 @@ std::vector<gcclResult_t> RunRanks(int p, size_t scratch_bytes, int64_t timeout_
   for (int r = 0; r < p; r++) {
     threads.emplace_back([&, r] {
       void* scratch = std::malloc(scratch_bytes);
-      struct coll_ctx ctx = {tps[r], r, p, scratch, scratch_bytes, nullptr, nullptr};
+      struct coll_ctx ctx = {tps[r], r, p, scratch, scratch_bytes, nullptr, nullptr, p, nullptr, 0};
       res[r] = body(&ctx);
       if (res[r] != gcclSuccess) tps[r]->ops->cancel_all(tps[r]);
       std::free(scratch);
@@ -252,7 +252,7 @@ struct Prepared {
     // Buffers as a user would pass them; outputs start as a poison pattern.
     for (int r = 0; r < c.p; r++) {
       struct coll_args& a = args[r];
-      a = {c.kind, nullptr, nullptr, n, c.dt, c.op, c.root};
+      a = {c.kind, nullptr, nullptr, n, c.dt, c.op, c.root, nullptr, 0};
       if (n == 0) continue;  // buffers may be NULL for count 0
       const size_t mine = (size_t)r * n * es;
       const bool root = r == c.root;
@@ -401,7 +401,7 @@ TEST(AlgorithmsAllReduce, AvgSumsWithoutDividing) {
       std::vector<std::vector<float>> out(p, std::vector<float>(5));
       float in[5] = {1, 2, 3, 4, 5};
       auto res = RunRanks(p, kSmallScratch, kTimeoutMs, [&](struct coll_ctx* ctx) {
-        struct coll_args a = {COLL_ALLREDUCE, in, out[ctx->rank].data(), 5, gcclFloat32, gcclAvg, 0};
+        struct coll_args a = {COLL_ALLREDUCE, in, out[ctx->rank].data(), 5, gcclFloat32, gcclAvg, 0, nullptr, 0};
         return fn(ctx, &a);
       });
       for (int r = 0; r < p; r++) {
@@ -429,7 +429,7 @@ TEST(AlgorithmsAllReduce, RandomFloatsBitIdenticalAcrossRanksAndRuns) {
         std::vector<std::vector<float>> out(p, std::vector<float>(n));
         auto res = RunRanks(p, kSmallScratch, kTimeoutMs, [&](struct coll_ctx* ctx) {
           struct coll_args a = {
-              COLL_ALLREDUCE, in[ctx->rank].data(), out[ctx->rank].data(), n, gcclFloat32, gcclSum, 0};
+              COLL_ALLREDUCE, in[ctx->rank].data(), out[ctx->rank].data(), n, gcclFloat32, gcclSum, 0, nullptr, 0};
           return algo.fn(ctx, &a);
         });
         for (int r = 0; r < p; r++) {
@@ -458,7 +458,7 @@ TEST(AlgorithmsAllReduce, ProductionScratchLargeVector) {
     for (int r = 0; r < p; r++)
       for (size_t i = 0; i < n; i++) in[r][i] = (int32_t)(i * 7 + (size_t)r);
     auto res = RunRanks(p, COLL_SCRATCH_BYTES, kTimeoutMs, [&](struct coll_ctx* ctx) {
-      struct coll_args a = {COLL_ALLREDUCE, in[ctx->rank].data(), out[ctx->rank].data(), n, gcclInt32, gcclSum, 0};
+      struct coll_args a = {COLL_ALLREDUCE, in[ctx->rank].data(), out[ctx->rank].data(), n, gcclInt32, gcclSum, 0, nullptr, 0};
       return algo.fn(ctx, &a);
     });
     for (int r = 0; r < p; r++) {
@@ -484,7 +484,7 @@ TEST(AlgorithmsErrors, MissingPeerTimesOutAndLeavesSendbuffUnchanged) {
     auto start = std::chrono::steady_clock::now();
     auto res = RunRanks(p, kSmallScratch, 200, [&](struct coll_ctx* ctx) {
       if (ctx->rank == 2) return gcclSuccess;  // never arrives
-      struct coll_args a = {COLL_ALLREDUCE, in[ctx->rank].data(), out[ctx->rank].data(), n, gcclFloat32, gcclSum, 0};
+      struct coll_args a = {COLL_ALLREDUCE, in[ctx->rank].data(), out[ctx->rank].data(), n, gcclFloat32, gcclSum, 0, nullptr, 0};
       return algo.fn(ctx, &a);
     });
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
