@@ -158,28 +158,28 @@ GCCL_API gcclResult_t gcclCommGetAsyncError(gcclComm_t comm, gcclResult_t* async
 /* recvbuff[i] = op over ranks r of sendbuff_r[i], for i < count, on every rank.
  * The algorithm (ring, rhd, tree, direct) comes from the tuner or GCCL_ALGO. */
 GCCL_API gcclResult_t gcclAllReduce(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t datatype,
-                           gcclRedOp_t op, gcclComm_t comm, gcclStream_t stream);
+                                    gcclRedOp_t op, gcclComm_t comm, gcclStream_t stream);
 
 /* recvbuff[r*sendcount + i] = sendbuff_r[i]. recvbuff holds nranks*sendcount
  * elements. In place when sendbuff == recvbuff + rank*sendcount*size. */
 GCCL_API gcclResult_t gcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, gcclDataType_t datatype,
-                           gcclComm_t comm, gcclStream_t stream);
+                                    gcclComm_t comm, gcclStream_t stream);
 
 /* recvbuff[i] = op over ranks r of sendbuff_r[rank*recvcount + i]. sendbuff
  * holds nranks*recvcount elements. In place when recvbuff == sendbuff +
  * rank*recvcount*size. */
 GCCL_API gcclResult_t gcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, gcclDataType_t datatype,
-                               gcclRedOp_t op, gcclComm_t comm, gcclStream_t stream);
+                                        gcclRedOp_t op, gcclComm_t comm, gcclStream_t stream);
 
 /* Copies root's sendbuff to every rank's recvbuff. sendbuff is read on the root
  * only (may be NULL elsewhere). */
-GCCL_API gcclResult_t gcclBroadcast(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t datatype, int root,
-                           gcclComm_t comm, gcclStream_t stream);
+GCCL_API gcclResult_t gcclBroadcast(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t datatype,
+                                    int root, gcclComm_t comm, gcclStream_t stream);
 
 /* Root's recvbuff[i] = op over ranks of sendbuff_r[i]. recvbuff is written on the
  * root only (may be NULL elsewhere). */
-GCCL_API gcclResult_t gcclReduce(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t datatype, gcclRedOp_t op,
-                        int root, gcclComm_t comm, gcclStream_t stream);
+GCCL_API gcclResult_t gcclReduce(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t datatype,
+                                 gcclRedOp_t op, int root, gcclComm_t comm, gcclStream_t stream);
 
 /* ===================================================================== */
 /* Streams and groups                                                    */
@@ -210,25 +210,61 @@ GCCL_API gcclResult_t gcclGroupEnd(void);
 /* Compression                                                           */
 /* ===================================================================== */
 /* spec: "codec[:key=value[,key=value...]]", e.g. "topk:ratio=0.01",
- * "uniform:bits=4,bucket=512", "sign", "fp16", "none". A compressor serves one
- * tensor of count elements of datatype dt and holds its error-feedback residual.
- * Not built yet: every function below returns gcclInvalidUsage
- * ("compression not built yet") until the codec work lands. */
-GCCL_API gcclResult_t gcclCompressorCreate(gcclCompressor_t* c, const char* spec, size_t count, gcclDataType_t datatype);
+ * "uniform:bits=4,bucket=512", "sign", "fp16", "none" (README, "Codecs", lists
+ * every codec and key). A compressor serves one tensor of `count` elements of
+ * `datatype` and holds its error-feedback residual (fp32). One thread (or one
+ * stream) uses a compressor at a time.
+ * Errors: gcclInvalidArgument (NULL pointers, unknown codec/key/value, a lossy
+ * codec on an integer datatype, count too large, zstd asked of a build without). */
+GCCL_API gcclResult_t gcclCompressorCreate(gcclCompressor_t* c, const char* spec, size_t count,
+                                           gcclDataType_t datatype);
 GCCL_API gcclResult_t gcclCompressorDestroy(gcclCompressor_t c);
+/* Copies the residual out (in the compressor's datatype; zeros without error
+ * feedback), or replaces it (checkpoint restore; gcclInvalidUsage with ef=0). */
 GCCL_API gcclResult_t gcclCompressorGetResidual(gcclCompressor_t c, void* out);
 GCCL_API gcclResult_t gcclCompressorSetResidual(gcclCompressor_t c, const void* in);
-GCCL_API gcclResult_t gcclAllReduceCompressed(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t datatype,
-                                     gcclRedOp_t op, gcclCompressor_t c, gcclComm_t comm, gcclStream_t stream);
-GCCL_API gcclResult_t gcclAllGatherCompressed(const void* sendbuff, void* recvbuff, size_t sendcount, gcclDataType_t datatype,
-                                     gcclCompressor_t c, gcclComm_t comm, gcclStream_t stream);
+
+/* Compressed collectives. Each rank passes its own compressor, made with the same
+ * spec on every rank (ranks that differ get gcclInvalidUsage, like any other
+ * mismatch) for the call's tensor: `count` elements (allreduce), `sendcount`
+ * (allgather), nranks * recvcount (reduce-scatter, the send buffer). Only
+ * gcclSum and gcclAvg reduce. Results are bit-identical on every rank; the error
+ * against the exact result is the codec's (README, "Compressed collectives").
+ * With error feedback the residual absorbs what compression lost, so over calls
+ * sum(outputs) + sum over ranks(residuals) = sum(inputs). A call that fails
+ * leaves the residual as it was. Codec "none" runs the dense algorithms and is
+ * bit-identical to the dense call. Algorithms: GCCL_ALGO=sra, ring-requant,
+ * sparse-ag, sparse-sr, randk or hier forces one the codec can use.
+ * Errors as for the dense calls, plus gcclInvalidArgument for a NULL compressor,
+ * one made for another datatype or count, an op other than sum/avg, or buffers
+ * not aligned to their elements; gcclCorruptData when a received frame fails
+ * validation (the communicator is then broken, as after a timeout). */
+
+/* recvbuff[i] = sum over ranks of (compressed) sendbuff_r[i]. */
+GCCL_API gcclResult_t gcclAllReduceCompressed(const void* sendbuff, void* recvbuff, size_t count,
+                                              gcclDataType_t datatype, gcclRedOp_t op, gcclCompressor_t c,
+                                              gcclComm_t comm, gcclStream_t stream);
+/* recvbuff[r*sendcount + i] = decoded frame of rank r, on every rank (own slot
+ * included, so every rank holds the same bits). */
+GCCL_API gcclResult_t gcclAllGatherCompressed(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                              gcclDataType_t datatype, gcclCompressor_t c, gcclComm_t comm,
+                                              gcclStream_t stream);
+/* recvbuff[i] = sum over ranks of (compressed) sendbuff_r[rank*recvcount + i]. */
 GCCL_API gcclResult_t gcclReduceScatterCompressed(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                         gcclDataType_t datatype, gcclRedOp_t op, gcclCompressor_t c,
-                                         gcclComm_t comm, gcclStream_t stream);
+                                                  gcclDataType_t datatype, gcclRedOp_t op, gcclCompressor_t c,
+                                                  gcclComm_t comm, gcclStream_t stream);
+
+/* Codec only, for frameworks that move bytes themselves. *maxBytes = the largest
+ * frame gcclEncode writes for this compressor. */
 GCCL_API gcclResult_t gcclEncodeBound(gcclCompressor_t c, size_t* maxBytes);
+/* Encodes the compressor's tensor src into frame (cap >= gcclEncodeBound),
+ * updating the residual; *frameBytes = the frame's size. */
 GCCL_API gcclResult_t gcclEncode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frameBytes);
+/* Validates a frame completely, then dst[i] += decoded[i] (count elements of
+ * datatype, which must match the frame's). gcclCorruptData, dst untouched, for
+ * any inconsistency. */
 GCCL_API gcclResult_t gcclDecodeAccumulate(const void* frame, size_t frameBytes, void* dst, size_t count,
-                                  gcclDataType_t datatype);
+                                           gcclDataType_t datatype);
 
 #ifdef __cplusplus
 }

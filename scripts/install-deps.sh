@@ -4,8 +4,9 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config)
 if [[ "${1:-}" != "--bench-only" ]]; then
-  # clang and its runtime (libFuzzer, sanitizers) build the fuzz targets.
-  pkgs+=(libgtest-dev openmpi-bin libopenmpi-dev libzstd-dev clang libclang-rt-14-dev)
+  # clang and its runtime (libFuzzer, sanitizers) build the fuzz targets;
+  # matplotlib draws bench/plot.py's PNGs (tested).
+  pkgs+=(libgtest-dev openmpi-bin libopenmpi-dev libzstd-dev clang libclang-rt-14-dev python3 python3-matplotlib)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -5,8 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gccl.h"
 #include "../transport/transport.h"
+#include "gccl.h"
 
 enum coll_kind { COLL_ALLREDUCE = 0, COLL_ALLGATHER, COLL_REDUCESCATTER, COLL_BROADCAST, COLL_REDUCE, COLL_NKINDS };
 
@@ -62,6 +62,7 @@ struct coll_ctx {
   /* Grow-only workspace for frames (coll_workspace); sizes differ between ranks. */
   void* work;
   size_t work_bytes;
+  struct hier_state* hier; /* hier.c's views and sub-contexts, made on first use */
 };
 
 /* Points *out at a workspace of at least `bytes` (64-byte aligned, pre-touched),
@@ -69,6 +70,14 @@ struct coll_ctx {
 gcclResult_t coll_workspace(struct coll_ctx* ctx, size_t bytes, void** out);
 /* Frees the workspace (communicator destruction). */
 void coll_workspace_free(struct coll_ctx* ctx);
+
+/* Waits for *req if one is pending (>= 0) and marks it done (-1): for schedules
+ * that keep one slot per peer, some of them unused. */
+static inline gcclResult_t coll_wait(struct transport* tp, tp_req* req) {
+  tp_req r = *req;
+  *req = -1;
+  return r < 0 ? gcclSuccess : tp->ops->wait(tp, r);
+}
 
 /* Rounds a byte count up to a multiple of 64, for laying frames out in a workspace. */
 static inline size_t coll_align64(size_t bytes) {
@@ -89,14 +98,16 @@ gcclResult_t coll_agree(struct coll_ctx* ctx, const struct coll_args* args, enum
 gcclResult_t coll_run(struct coll_ctx* ctx, const struct coll_args* args, enum coll_algo algo);
 
 /* The algorithm for a call: `forced` (from GCCL_ALGO) when the collective has it,
- * else chosen by size and rank count. Deterministic: the same on every rank. */
-enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int shares_address_space,
+ * else chosen by size, rank count and topology (local_size ranks per node; pass
+ * nranks for one node). Deterministic: the same on every rank. */
+enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int local_size, int shares_address_space,
                             enum coll_algo forced);
-/* The same for a call with a compressor (codec id from compress/spec.h; density
- * = k / count for sparse codecs, else 1). */
-enum coll_algo tuner_choose_compressed(enum coll_kind kind, int codec, double density, size_t bytes, int nranks,
-                                       int local_size, enum coll_algo forced);
-/* Parses "ring", "rhd", "tree", "direct" (case-insensitive); ALGO_AUTO otherwise. */
+/* The same for a call with a compressor of spec `spec`: by codec, rank count,
+ * topology (local_size ranks per node) and, for top-k, density and `global`. */
+struct codec_spec;
+enum coll_algo tuner_choose_compressed(enum coll_kind kind, const struct codec_spec* spec, int nranks, int local_size,
+                                       enum coll_algo forced);
+/* Parses an algorithm's name (algo_name's, case-insensitive); ALGO_AUTO otherwise. */
 enum coll_algo algo_from_name(const char* name);
 const char* algo_name(enum coll_algo algo);
 const char* coll_kind_name(enum coll_kind kind);
@@ -122,6 +133,8 @@ gcclResult_t reduce_tree(struct coll_ctx* ctx, const struct coll_args* a);
 gcclResult_t reduce_direct(struct coll_ctx* ctx, const struct coll_args* a);
 /* hier.c: dense, or compressed on the inter-node step when a->comp is set. */
 gcclResult_t allreduce_hier(struct coll_ctx* ctx, const struct coll_args* a);
+/* Frees ctx->hier (communicator destruction). */
+void hier_state_free(struct hier_state* state);
 
 /* Compressed (a->comp set; op sum or avg, divided afterwards by coll_run). They
  * stage the compressor's residual for the whole tensor and leave commit or
@@ -130,9 +143,9 @@ gcclResult_t allreduce_sra(struct coll_ctx* ctx, const struct coll_args* a);    
 gcclResult_t reducescatter_sra(struct coll_ctx* ctx, const struct coll_args* a);      /* sra.c */
 gcclResult_t allgather_frames(struct coll_ctx* ctx, const struct coll_args* a);       /* sra.c */
 gcclResult_t allreduce_ring_requant(struct coll_ctx* ctx, const struct coll_args* a); /* ring_requant.c */
-gcclResult_t allreduce_sparse_ag(struct coll_ctx* ctx, const struct coll_args* a);   /* sparse.c */
-gcclResult_t allreduce_sparse_sr(struct coll_ctx* ctx, const struct coll_args* a);   /* sparse.c */
-gcclResult_t allreduce_randk(struct coll_ctx* ctx, const struct coll_args* a);       /* randk_allreduce.c */
+gcclResult_t allreduce_sparse_ag(struct coll_ctx* ctx, const struct coll_args* a);    /* sparse.c */
+gcclResult_t allreduce_sparse_sr(struct coll_ctx* ctx, const struct coll_args* a);    /* sparse.c */
+gcclResult_t allreduce_randk(struct coll_ctx* ctx, const struct coll_args* a);        /* randk_allreduce.c */
 
 /* Splits count elements into nranks near-equal chunks: chunk r starts at
  * *offset and holds *len elements (the first count % nranks chunks hold one more). */

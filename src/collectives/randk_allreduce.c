@@ -1,8 +1,96 @@
-/* randk_allreduce.c — placeholder until written. */
+/* randk_allreduce.c — random-k allreduce: the indices come from the shared seed, so only the values travel.
+ *
+ * Every rank's randk frame of one call keeps the same k indices (randk_index of
+ * the shared key, made of seed, call number and first only), so the frames line
+ * up value by value: the sum of the p frames is the frame whose j-th value is the
+ * sum of the p j-th values.
+ *
+ *   1. every rank encodes its input once (EF_ADD: its residual is staged for
+ *      every element) into a randk frame of k values;
+ *   2. the k values, as fp32 whatever type the frame carries, go through a dense
+ *      sum allreduce (the tuner's message-only choice: tree, rhd or ring) —
+ *      4k bytes and no indices, where a sparse allgather would move p frames;
+ *   3. every rank writes the summed values as one randk frame of fp32 values (a
+ *      sum that overflowed to inf rides as that index's exception) and decodes
+ *      it into its zeroed output.
+ * The dense allreduce leaves the same sums on every rank and every rank decodes
+ * the same frame, so all hold the same bits.
+ *
+ * Non-finite inputs are exceptions of a rank's frame (and a frame with very many
+ * is sent raw); neither can be summed value by value, nor can a frame of another
+ * codec. So the ranks first agree,
+ * one byte each (allgather_small), whether any frame has them, and if so all sum
+ * whole frames in rank order instead (sparse_frames_sum), which carries them.
+ *
+ * In place: sendbuff is read only by the encode, before anything is written. */
+#include <string.h>
+
+#include "../common/dtype.h"
 #include "../common/result.h"
-#include "coll.h"
+#include "../compress/codec_util.h"
+#include "../compress/compressor.h"
+#include "../compress/frame.h"
+#include "../compress/randk.h"
+#include "../compress/topk.h"
+#include "sparse.h"
+
+/* Bytes of one exception entry of an fp32 frame: index u64, value f32. */
+#define EXC_BYTES 12
 
 gcclResult_t allreduce_randk(struct coll_ctx* ctx, const struct coll_args* a) {
-  (void)ctx, (void)a;
-  return err_set(gcclInternalError, "allreduce_randk is not written yet");
+  struct transport* tp = ctx->tp;
+  struct gcclCompressor* c = a->comp;
+  int p = ctx->nranks;
+  size_t n = a->count, up = (size_t)p, bound = compressor_bound_f32(c, n), k = sparse_k(c->spec.ratio, n);
+  /* workspace: my frame | flags (everyone's, then mine) | the sum frame | fp32 output */
+  size_t flags_at = coll_align64(bound), sum_at = flags_at + coll_align64(up + 1);
+  size_t sum_room = FRAME_HEADER_BYTES + k * (sizeof(float) + EXC_BYTES);
+  size_t out_at = sum_at + coll_align64(sum_room);
+  size_t total = out_at + (a->dt == gcclFloat32 ? 0 : n * sizeof(float));
+  unsigned char* base;
+  GCCL_CHECK(coll_workspace(ctx, total, (void**)&base));
+
+  size_t bytes;
+  struct frame_header h;
+  GCCL_CHECK(compressor_encode_f32(c, a->sendbuff, a->dt, a->comp_first, n, EF_ADD, 0, base, bound, &bytes));
+  GCCL_CHECK(frame_validate(base, bytes, n, gcclFloat32, &h));
+  unsigned char* flags = base + flags_at;
+  flags[up] = (h.flags & FRAME_FLAG_RAW) || h.exceptions != 0 || h.codec != CODEC_RANDK || h.k != k;
+  GCCL_CHECK(tp->ops->allgather_small(tp, &flags[up], 1, flags));
+  int whole_frames = 0;
+  for (size_t r = 0; r < up; r++) whole_frames |= flags[r];
+  if (whole_frames) {
+    float* sum;
+    GCCL_CHECK(sparse_frames_sum(ctx, a, 0, bytes, &sum));
+    if (a->dt != gcclFloat32) f32_store(a->recvbuff, a->dt, sum, n);
+    return gcclSuccess;
+  }
+
+  unsigned char* sum_frame = base + sum_at;
+  float* values = (float*)(void*)(sum_frame + FRAME_HEADER_BYTES);
+  topk_values_get(base + FRAME_HEADER_BYTES, (enum spec_values)h.values, k, values);
+  struct coll_args dense = {
+      .kind = COLL_ALLREDUCE, .sendbuff = values, .recvbuff = values, .count = k, .dt = gcclFloat32, .op = gcclSum};
+  GCCL_CHECK(coll_run(ctx, &dense, tuner_choose(COLL_ALLREDUCE, k * sizeof(float), p, p, 0, ALGO_AUTO)));
+
+  /* the sum frame: header as mine but fp32 values; overflowed sums as exceptions */
+  unsigned char* exc = sum_frame + FRAME_HEADER_BYTES + k * sizeof(float);
+  size_t nexc = 0;
+  for (size_t j = 0; j < k; j++) {
+    if (f32_finite(values[j])) continue;
+    put_u64le(exc + nexc * EXC_BYTES, randk_index(h.rng_key, n, k, j));
+    put_f32(exc + nexc * EXC_BYTES + 8, values[j]);
+    values[j] = 0.0f;
+    nexc++;
+  }
+  h.values = SPEC_VALUES_FP32;
+  h.payload_bytes = k * sizeof(float);
+  h.exceptions = nexc;
+  GCCL_CHECK(frame_header_write(sum_frame, sum_room, &h));
+  float* out = a->dt == gcclFloat32 ? a->recvbuff : (float*)(void*)(base + out_at);
+  memset(out, 0, n * sizeof(float));
+  GCCL_CHECK(
+      frame_decode_accumulate(sum_frame, FRAME_HEADER_BYTES + h.payload_bytes + nexc * EXC_BYTES, out, n, gcclFloat32));
+  if (a->dt != gcclFloat32) f32_store(a->recvbuff, a->dt, out, n);
+  return gcclSuccess;
 }

@@ -1,16 +1,222 @@
-/* sra.c — compressed scatter-reduce-allgather (placeholder until written). */
+/* sra.c — compressed scatter-reduce-allgather (SRA) allreduce, and the compressed
+ * reduce-scatter and allgather made of its two halves.
+ *
+ * The data is cut into p chunks (coll_chunk) and rank c owns chunk c. Every frame
+ * crosses one link once, and every element goes through at most two quantizations:
+ * its contributor's encode and its owner's re-encode of the sum.
+ *
+ * Phase 1, scatter-reduce (p = 4, seen from rank 1; E = encode with EF_ADD):
+ *
+ *   post irecv_upto from r0, r2, r3 for their frames of chunk 1
+ *   E(c2) -> r2,  E(c3) -> r3,  E(c0) -> r0     staggered: rank r starts at r+1, so
+ *                                               the p-1 first frames go to p-1
+ *                                               different receivers
+ *   S = dec(f0) + (own c1 + residual, exact) + dec(f2) + dec(f3)   rank order 0..p-1
+ *
+ * Each chunk is encoded once, and sent as soon as it is encoded, so encoding the
+ * next chunk overlaps sending the last. The owner reduces in rank order: the sum's
+ * bits do not depend on which frame arrived first.
+ *
+ * Phase 2, allgather of frames: the owner re-encodes S once (EF_RESTAGE: the
+ * re-encode's error joins the owner's residual, so error feedback telescopes
+ * through the collective) and sends that one frame unchanged to every peer. Every
+ * rank, the owner included, decodes every chunk's frame into its output, so all
+ * ranks hold the same bits. Frames are decoded as they arrive; chunks are disjoint.
+ *
+ * In place: rank r reads sendbuff only in phase 1 (encodes, and its own chunk in
+ * the sum); phase 2 alone writes recvbuff. Sends and receives use workspace frames.
+ *
+ * Cost per rank, b = bytes of one compressed chunk (~ bytes(count) / p / ratio):
+ * 2 (p-1) messages sent and received, 2 (p-1) b bytes each way (a ring moves the
+ * same volume in 2 (p-1) sequential steps; here all p-1 messages of a phase are in
+ * flight at once: latency 2 alpha instead of 2 (p-1) alpha). Compute per rank:
+ * encodes of count elements in all (p-1 peers' chunks, then its own chunk's sum),
+ * decodes of (p-1) chunks in phase 1 and all p in phase 2. Workspace: 2p frame
+ * slots, plus one or two fp32 chunks.
+ *
+ * reducescatter_sra is phase 1 over p slots of a->count elements (the sum S is the
+ * result, not re-encoded); allgather_frames is phase 2 with every rank's whole
+ * input as its frame. Chunks or slots of 0 elements are not sent: both sides know
+ * the lengths. */
+#include <string.h>
+
+#include "../common/dtype.h"
 #include "../common/result.h"
+#include "../compress/compressor.h"
 #include "coll.h"
 
-gcclResult_t allreduce_sra(struct coll_ctx* ctx, const struct coll_args* a) {
-  (void)ctx, (void)a;
-  return err_set(gcclInternalError, "sra is not written yet");
+/* The workspace of one call: per-peer request handles and received sizes, frame
+ * slots of `slot` bytes, and fp32 areas. */
+struct sra_work {
+  tp_req* sreq;       /* [p] sends, -1 when none is pending */
+  tp_req* rreq;       /* [p] receives */
+  size_t* got;        /* [p] bytes received */
+  size_t* sent;       /* [p] bytes of the frame encoded for each peer */
+  unsigned char* out; /* p slots: frames this rank encodes */
+  unsigned char* in;  /* p slots: frames received, by sender */
+  size_t slot;        /* bytes per frame slot, a multiple of 64 */
+  float* sum;         /* the owner's fp32 sum */
+  float* stage;       /* fp32 decode area for outputs that are not fp32 */
+};
+
+/* Lays the workspace out: 2p frame slots of `frame_bytes`, and two fp32 areas of
+ * sum_n and stage_n elements. */
+static gcclResult_t sra_work_get(struct coll_ctx* ctx, size_t frame_bytes, size_t sum_n, size_t stage_n,
+                                 struct sra_work* w) {
+  size_t p = (size_t)ctx->nranks;
+  size_t reqs = coll_align64(2 * p * sizeof(tp_req)), sizes = coll_align64(2 * p * sizeof(size_t));
+  w->slot = coll_align64(frame_bytes);
+  size_t sum_bytes = coll_align64(sum_n * sizeof(float)), stage_bytes = coll_align64(stage_n * sizeof(float));
+  unsigned char* base;
+  GCCL_CHECK(coll_workspace(ctx, reqs + sizes + 2 * p * w->slot + sum_bytes + stage_bytes, (void**)&base));
+  w->sreq = (tp_req*)(void*)base;
+  w->rreq = w->sreq + p;
+  w->got = (size_t*)(void*)(base + reqs);
+  w->sent = w->got + p;
+  w->out = base + reqs + sizes;
+  w->in = w->out + p * w->slot;
+  w->sum = (float*)(void*)(w->in + p * w->slot);
+  w->stage = (float*)(void*)((unsigned char*)w->sum + sum_bytes);
+  for (size_t r = 0; r < p; r++) w->sreq[r] = w->rreq[r] = -1;
+  return gcclSuccess;
 }
+
+static unsigned char* out_frame(const struct sra_work* w, int r) {
+  return w->out + (size_t)r * w->slot;
+}
+static unsigned char* in_frame(const struct sra_work* w, int r) {
+  return w->in + (size_t)r * w->slot;
+}
+
+
+/* Waits for every pending send (their frames must outlive them). */
+static gcclResult_t wait_sends(struct transport* tp, const struct sra_work* w, int p) {
+  for (int r = 0; r < p; r++) GCCL_CHECK(coll_wait(tp, &w->sreq[r]));
+  return gcclSuccess;
+}
+
+/* Where a chunk or slot lies: allreduce cuts a->count into p chunks, reduce-scatter
+ * has p slots of a->count. */
+static void part_of(const struct coll_args* a, int p, int j, size_t* off, size_t* len) {
+  if (a->kind == COLL_REDUCESCATTER) {
+    *off = (size_t)j * a->count;
+    *len = a->count;
+  } else {
+    coll_chunk(a->count, p, j, off, len);
+  }
+}
+
+/* Phase 1: afterwards w->sum holds the fp32 sum over ranks of this rank's part
+ * (the peers' decoded frames and its own input exactly, in rank order), and every
+ * part of this rank's input has been encoded once (residual staged). Sends may
+ * still be pending. */
+static gcclResult_t scatter_reduce(struct coll_ctx* ctx, const struct coll_args* a, struct sra_work* w) {
+  struct transport* tp = ctx->tp;
+  struct gcclCompressor* c = a->comp;
+  int p = ctx->nranks, me = ctx->rank;
+  size_t size = dtype_size(a->dt), off, len, my_off, my_len;
+  const unsigned char* in = a->sendbuff;
+  part_of(a, p, me, &my_off, &my_len);
+
+  /* every peer's frame of my part, posted before anything is sent */
+  for (int r = 0; r < p; r++)
+    if (r != me && my_len) GCCL_CHECK(tp->ops->irecv_upto(tp, r, in_frame(w, r), w->slot, &w->got[r], &w->rreq[r]));
+  for (int k = 1; k < p; k++) {
+    int j = (me + k) % p;
+    part_of(a, p, j, &off, &len);
+    if (!len) continue;
+    GCCL_CHECK(compressor_encode_f32(c, in + off * size, a->dt, a->comp_first + off, len, EF_ADD, 0, out_frame(w, j),
+                                     w->slot, &w->sent[j]));
+    GCCL_CHECK(tp->ops->isend(tp, j, out_frame(w, j), w->sent[j], &w->sreq[j]));
+  }
+  memset(w->sum, 0, my_len * sizeof(float));
+  for (int r = 0; r < p; r++) {
+    if (r == me) {
+      GCCL_CHECK(compressor_accumulate_exact(c, in + my_off * size, a->dt, a->comp_first + my_off, my_len, w->sum));
+    } else if (my_len) {
+      GCCL_CHECK(coll_wait(tp, &w->rreq[r]));
+      GCCL_CHECK(frame_decode_accumulate(in_frame(w, r), w->got[r], w->sum, my_len, gcclFloat32));
+    }
+  }
+  return gcclSuccess;
+}
+
 gcclResult_t reducescatter_sra(struct coll_ctx* ctx, const struct coll_args* a) {
-  (void)ctx, (void)a;
-  return err_set(gcclInternalError, "compressed reduce-scatter is not written yet");
+  struct sra_work w;
+  GCCL_CHECK(sra_work_get(ctx, compressor_bound_f32(a->comp, a->count), a->count, 0, &w));
+  GCCL_CHECK(scatter_reduce(ctx, a, &w));
+  /* in place, recvbuff is this rank's slot of sendbuff: phase 1 has read it */
+  f32_store(a->recvbuff, a->dt, w.sum, a->count);
+  return wait_sends(ctx->tp, &w, ctx->nranks);
 }
+
+gcclResult_t allreduce_sra(struct coll_ctx* ctx, const struct coll_args* a) {
+  struct transport* tp = ctx->tp;
+  struct gcclCompressor* c = a->comp;
+  int p = ctx->nranks, me = ctx->rank;
+  size_t size = dtype_size(a->dt), off, len, my_off, my_len, longest, unused;
+  unsigned char* out = a->recvbuff;
+  coll_chunk(a->count, p, 0, &unused, &longest); /* chunk 0 is a longest */
+  coll_chunk(a->count, p, me, &my_off, &my_len);
+  struct sra_work w;
+  GCCL_CHECK(sra_work_get(ctx, compressor_bound_f32(c, longest), longest, a->dt == gcclFloat32 ? 0 : longest, &w));
+
+  GCCL_CHECK(scatter_reduce(ctx, a, &w));
+  /* Phase 2. A peer's phase-1 frame has been decoded, so its slot takes its chunk's
+   * final frame (pairs match in post order: phase 1's receive comes first). */
+  for (int k = 1; k < p; k++) {
+    int j = (me - k + p) % p;
+    coll_chunk(a->count, p, j, &off, &len);
+    if (len) GCCL_CHECK(tp->ops->irecv_upto(tp, j, in_frame(&w, j), w.slot, &w.got[j], &w.rreq[j]));
+  }
+  if (my_len) {
+    size_t bytes;
+    GCCL_CHECK(compressor_encode_f32(c, w.sum, gcclFloat32, a->comp_first + my_off, my_len, EF_RESTAGE, 1,
+                                     out_frame(&w, me), w.slot, &bytes));
+    for (int k = 1; k < p; k++) {
+      int j = (me + k) % p;
+      GCCL_CHECK(coll_wait(tp, &w.sreq[j])); /* one send per peer pending at a time */
+      GCCL_CHECK(tp->ops->isend(tp, j, out_frame(&w, me), bytes, &w.sreq[j]));
+    }
+    /* every read of sendbuff is done: from here on, recvbuff may be written */
+    GCCL_CHECK(frame_decode_f32_to(out_frame(&w, me), bytes, out + my_off * size, a->dt, my_len, w.stage));
+  }
+  for (int k = 1; k < p; k++) {
+    int j = (me - k + p) % p;
+    coll_chunk(a->count, p, j, &off, &len);
+    if (!len) continue;
+    GCCL_CHECK(coll_wait(tp, &w.rreq[j]));
+    GCCL_CHECK(frame_decode_f32_to(in_frame(&w, j), w.got[j], out + off * size, a->dt, len, w.stage));
+  }
+  return wait_sends(tp, &w, p);
+}
+
 gcclResult_t allgather_frames(struct coll_ctx* ctx, const struct coll_args* a) {
-  (void)ctx, (void)a;
-  return err_set(gcclInternalError, "compressed allgather is not written yet");
+  struct transport* tp = ctx->tp;
+  struct gcclCompressor* c = a->comp;
+  int p = ctx->nranks, me = ctx->rank;
+  size_t n = a->count, slot_bytes = n * dtype_size(a->dt), bytes;
+  unsigned char* out = a->recvbuff;
+  struct sra_work w;
+  GCCL_CHECK(sra_work_get(ctx, compressor_bound_f32(c, n), 0, a->dt == gcclFloat32 ? 0 : n, &w));
+
+  for (int k = 1; k < p; k++) {
+    int j = (me - k + p) % p;
+    GCCL_CHECK(tp->ops->irecv_upto(tp, j, in_frame(&w, j), w.slot, &w.got[j], &w.rreq[j]));
+  }
+  /* in place, sendbuff is this rank's slot of recvbuff: encode before any decode */
+  GCCL_CHECK(
+      compressor_encode_f32(c, a->sendbuff, a->dt, a->comp_first, n, EF_ADD, 0, out_frame(&w, me), w.slot, &bytes));
+  for (int k = 1; k < p; k++) {
+    int j = (me + k) % p;
+    GCCL_CHECK(tp->ops->isend(tp, j, out_frame(&w, me), bytes, &w.sreq[j]));
+  }
+  /* own slot from the own frame too: every rank holds the same bits there */
+  GCCL_CHECK(frame_decode_f32_to(out_frame(&w, me), bytes, out + (size_t)me * slot_bytes, a->dt, n, w.stage));
+  for (int k = 1; k < p; k++) {
+    int j = (me - k + p) % p;
+    GCCL_CHECK(coll_wait(tp, &w.rreq[j]));
+    GCCL_CHECK(frame_decode_f32_to(in_frame(&w, j), w.got[j], out + (size_t)j * slot_bytes, a->dt, n, w.stage));
+  }
+  return wait_sends(tp, &w, p);
 }

@@ -4,7 +4,7 @@
 #include "../compress/spec.h"
 #include "coll.h"
 
-static const char* const algo_names[ALGO_COUNT] = {"ring", "rhd",  "tree",      "direct",    "hier",
+static const char* const algo_names[ALGO_COUNT] = {"ring", "rhd",          "tree",      "direct",    "hier",
                                                    "sra",  "ring-requant", "sparse-ag", "sparse-sr", "randk"};
 
 const char* algo_name(enum coll_algo algo) {
@@ -29,7 +29,7 @@ const char* coll_kind_name(enum coll_kind kind) {
  * wins for large vectors on non-power-of-two counts where rhd pays the fold. */
 #define TUNER_RHD_MAX_BYTES (4u << 20)
 
-enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int shares_address_space,
+enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int local_size, int shares_address_space,
                             enum coll_algo forced) {
   if (forced != ALGO_AUTO && coll_has_algo(kind, forced, shares_address_space)) return forced;
   /* Threads of one process: every rank reads its peers' buffers once, no copies in
@@ -37,27 +37,42 @@ enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int s
   if (shares_address_space) return ALGO_DIRECT;
   switch (kind) {
     case COLL_ALLREDUCE: {
+      /* several nodes: only 1/L of the tensor per rank crosses the slow links */
+      if (local_size > 1 && local_size < nranks && bytes > TUNER_TREE_MAX_BYTES) return ALGO_HIER;
       if (bytes <= TUNER_TREE_MAX_BYTES) return ALGO_TREE;
       int pow2 = (nranks & (nranks - 1)) == 0;
       return (pow2 || bytes <= TUNER_RHD_MAX_BYTES) ? ALGO_RHD : ALGO_RING;
     }
     case COLL_ALLGATHER:
-    case COLL_REDUCESCATTER: return ALGO_RING;
-    default: return ALGO_TREE;
+    case COLL_REDUCESCATTER:
+      return ALGO_RING;
+    default:
+      return ALGO_TREE;
   }
 }
 
-/* Sparse allgather receives (p-1) k entries per rank; the split-reduce about 2k
- * plus its dense switch. Allgather wins while (p-1) k stays below ~2k + latency:
- * few ranks. */
+/* Top-k schedules. Bytes each rank receives (e ~ 5 bytes per entry: a value and
+ * its Elias-Fano offset; selections of different ranks rarely overlap):
+ *   sparse-ag: (p-1) k e, one phase;
+ *   sparse-sr: ~k e in phase 1, then p-1 ranges of the sum, each up to k entries,
+ *   or dense (4 count / p bytes) once that is smaller; with global only k / p.
+ * The split-reduce wins with global (p > 2) and once its ranges go dense
+ * (density e p > 4). Otherwise the volumes match and compute decides: measured
+ * at 100 MiB, 1% and 1 Gbit/s (BENCHMARKS.md), the allgather is faster up to
+ * p = 4 and the split-reduce from p = 8 on. */
+#define TUNER_TOPK_ENTRY_BYTES 5.0
 #define TUNER_SPARSE_AG_MAX_RANKS 4
 
-enum coll_algo tuner_choose_compressed(enum coll_kind kind, int codec, double density, size_t bytes, int nranks,
-                                       int local_size, enum coll_algo forced) {
-  (void)bytes;
-  (void)density;
+static enum coll_algo topk_algo(const struct codec_spec* s, int nranks) {
+  if (nranks <= 2) return ALGO_SPARSE_AG;
+  if (s->global || s->ratio * TUNER_TOPK_ENTRY_BYTES * nranks > 4.0) return ALGO_SPARSE_SR;
+  return nranks <= TUNER_SPARSE_AG_MAX_RANKS ? ALGO_SPARSE_AG : ALGO_SPARSE_SR;
+}
+
+enum coll_algo tuner_choose_compressed(enum coll_kind kind, const struct codec_spec* s, int nranks, int local_size,
+                                       enum coll_algo forced) {
   if (kind != COLL_ALLREDUCE) return ALGO_SRA; /* allgather and reduce-scatter have one schedule each */
-  int sparse = codec == CODEC_TOPK, randk = codec == CODEC_RANDK;
+  int sparse = s->codec == CODEC_TOPK, randk = s->codec == CODEC_RANDK;
   if (forced != ALGO_AUTO && coll_has_compressed_algo(kind, forced)) {
     /* A forced algorithm must fit the codec: sparse paths need top-k frames,
      * randk's needs shared indices, sra and ring-requant need dense frames. */
@@ -67,7 +82,7 @@ enum coll_algo tuner_choose_compressed(enum coll_kind kind, int codec, double de
     if (fits) return forced;
   }
   if (local_size > 1 && local_size < nranks) return ALGO_HIER;
-  if (sparse) return nranks <= TUNER_SPARSE_AG_MAX_RANKS ? ALGO_SPARSE_AG : ALGO_SPARSE_SR;
+  if (sparse) return topk_algo(s, nranks);
   if (randk) return ALGO_RANDK;
   return ALGO_SRA;
 }

@@ -761,6 +761,30 @@ static gcclResult_t topk_decode_accumulate(const struct frame_header* h, const u
   return gcclSuccess;
 }
 
+gcclResult_t topk_reader_init(struct topk_reader* rd, const struct frame_header* h, const unsigned char* payload) {
+  struct topk_view v = {0};
+  memset(rd, 0, sizeof *rd);
+  GCCL_CHECK(topk_view(h, payload, &v));
+  if (h->flags & FRAME_FLAG_ZSTD) GCCL_CHECK(inflate_section(&v, &rd->plain));
+  index_reader_init(&rd->r, rd->plain ? rd->plain : v.sec, rd->plain ? v.plain_bytes : v.sec_bytes, h->count, h->k);
+  rd->vals = v.vals;
+  rd->vs = v.vs;
+  rd->vt = (enum spec_values)h->values;
+  return gcclSuccess;
+}
+
+size_t topk_reader_next(struct topk_reader* rd, uint64_t* idx, float* val, size_t max) {
+  size_t got = index_reader_next(&rd->r, idx, max);
+  topk_values_get(rd->vals + rd->vs * rd->done, rd->vt, got, val);
+  rd->done += got;
+  return got;
+}
+
+void topk_reader_free(struct topk_reader* rd) {
+  free(rd->plain);
+  rd->plain = NULL;
+}
+
 /* ---- sizes and scratch ------------------------------------------------------------- */
 
 static size_t topk_payload_bound(const struct codec_spec* s, size_t n) {

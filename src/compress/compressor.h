@@ -91,4 +91,10 @@ gcclResult_t compressor_stage_keep(struct gcclCompressor* c, size_t first, size_
 gcclResult_t frame_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count,
                                      gcclDataType_t dt);
 
+/* Writes an fp32 frame's n decoded elements to out (dtype dt): straight into out
+ * when dt is fp32, else decoded into the fp32 area `stage` and rounded once by
+ * f32_store, so every collective rounds its outputs alike. */
+gcclResult_t frame_decode_f32_to(const void* frame, size_t frame_bytes, void* out, gcclDataType_t dt, size_t n,
+                                 float* stage);
+
 #endif

@@ -74,3 +74,12 @@ gcclResult_t frame_decode_accumulate(const void* frame, size_t frame_bytes, void
   free(exc);
   return res;
 }
+
+gcclResult_t frame_decode_f32_to(const void* frame, size_t frame_bytes, void* out, gcclDataType_t dt, size_t n,
+                                 float* stage) {
+  float* dst = dt == gcclFloat32 ? out : stage;
+  memset(dst, 0, n * sizeof(float));
+  GCCL_CHECK(frame_decode_accumulate(frame, frame_bytes, dst, n, gcclFloat32));
+  if (dt != gcclFloat32) f32_store(out, dt, stage, n);
+  return gcclSuccess;
+}

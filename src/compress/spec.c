@@ -26,7 +26,8 @@ static const unsigned kCodecKeys[CODEC_COUNT] = {
     [CODEC_QSGD] = SPEC_KEY_BITS | SPEC_KEY_BUCKET | SPEC_KEY_EF | SPEC_KEY_SEED,
     [CODEC_SIGN] = SPEC_KEY_BUCKET | SPEC_KEY_EF,
     [CODEC_TERNGRAD] = SPEC_KEY_BUCKET | SPEC_KEY_EF | SPEC_KEY_SEED,
-    [CODEC_TOPK] = SPEC_KEY_RATIO | SPEC_KEY_APPROX | SPEC_KEY_VALUES | SPEC_KEY_EF | SPEC_KEY_SEED | SPEC_KEY_ZSTD,
+    [CODEC_TOPK] = SPEC_KEY_RATIO | SPEC_KEY_APPROX | SPEC_KEY_VALUES | SPEC_KEY_EF | SPEC_KEY_SEED | SPEC_KEY_ZSTD |
+                   SPEC_KEY_GLOBAL,
     [CODEC_RANDK] = SPEC_KEY_RATIO | SPEC_KEY_VALUES | SPEC_KEY_EF | SPEC_KEY_SEED,
 };
 
@@ -35,9 +36,9 @@ static const struct {
   const char* name;
   enum spec_key key;
 } kKeys[] = {
-    {"bits", SPEC_KEY_BITS},   {"bucket", SPEC_KEY_BUCKET}, {"round", SPEC_KEY_ROUND},
-    {"ratio", SPEC_KEY_RATIO}, {"approx", SPEC_KEY_APPROX}, {"values", SPEC_KEY_VALUES},
-    {"ef", SPEC_KEY_EF},       {"seed", SPEC_KEY_SEED},     {"zstd", SPEC_KEY_ZSTD},
+    {"bits", SPEC_KEY_BITS},     {"bucket", SPEC_KEY_BUCKET}, {"round", SPEC_KEY_ROUND}, {"ratio", SPEC_KEY_RATIO},
+    {"approx", SPEC_KEY_APPROX}, {"values", SPEC_KEY_VALUES}, {"ef", SPEC_KEY_EF},       {"seed", SPEC_KEY_SEED},
+    {"zstd", SPEC_KEY_ZSTD},     {"global", SPEC_KEY_GLOBAL},
 };
 #define NUM_KEYS (sizeof kKeys / sizeof kKeys[0])
 
@@ -149,12 +150,13 @@ static gcclResult_t set_key(const char* text, struct codec_spec* s, enum spec_ke
       ok = parse_word(v, len, kValuesNames, 3, &w);
       s->values = (enum spec_values)w;
       break;
-    default: /* approx, ef, zstd: flags */
+    default: /* approx, ef, zstd, global: flags */
       ok = span_equals(v, len, "0") || span_equals(v, len, "1");
       w = ok && v[0] == '1';
       if (key == SPEC_KEY_APPROX) s->approx = w;
       if (key == SPEC_KEY_EF) s->ef = w;
       if (key == SPEC_KEY_ZSTD) s->zstd = w;
+      if (key == SPEC_KEY_GLOBAL) s->global = w;
       break;
   }
   if (!ok)
@@ -271,6 +273,10 @@ gcclResult_t spec_format(const struct codec_spec* s, char* buf, size_t cap) {
         break;
       case SPEC_KEY_ZSTD:
         ok = append(buf, cap, &pos, "%c%s=%d", sep, name, s->zstd != 0);
+        break;
+      case SPEC_KEY_GLOBAL:
+        if (!s->global) continue; /* the default is not printed: sep stays */
+        ok = append(buf, cap, &pos, "%c%s=1", sep, name);
         break;
     }
     sep = ',';

@@ -51,6 +51,9 @@ struct codec_spec {
   int ef;                  /* every codec but none: error feedback */
   uint64_t seed;           /* codecs that draw random numbers */
   int zstd;                /* topk: indices through zstd */
+  int global;              /* topk: the sparse allreduces keep only ~k entries of
+                              the sum (Ok-Topk / gTop-k); the rest returns to the
+                              residual */
 };
 
 /* Keys as bits, for the table of which keys a codec accepts. */
@@ -64,6 +67,7 @@ enum spec_key {
   SPEC_KEY_EF = 1 << 6,
   SPEC_KEY_SEED = 1 << 7,
   SPEC_KEY_ZSTD = 1 << 8,
+  SPEC_KEY_GLOBAL = 1 << 9,
 };
 
 /* The keys codec accepts (a mask of enum spec_key); 0 for an unknown codec. */
@@ -81,9 +85,11 @@ gcclResult_t spec_parse(const char* text, struct codec_spec* out);
 
 /* Writes the canonical spec of s into buf (cap bytes, NUL-terminated): the codec
  * and then every key it accepts, in a fixed order, so two specs are equal exactly
- * when their canonical strings are (ranks compare these). spec_parse of the
- * result gives *s back. gcclInvalidArgument for NULL arguments, an unknown codec
- * or cap too small (SPEC_FORMAT_MAX always suffices). */
+ * when their canonical strings are (ranks compare these). topk's global is
+ * printed only when set, so specs without it keep the canonical text they always
+ * had. spec_parse of the result gives *s back. gcclInvalidArgument for NULL
+ * arguments, an unknown codec or cap too small (SPEC_FORMAT_MAX always
+ * suffices). */
 gcclResult_t spec_format(const struct codec_spec* s, char* buf, size_t cap);
 
 #endif

@@ -6,6 +6,8 @@
 #include <stdint.h>
 
 #include "compress/codec.h"
+#include "compress/frame.h"
+#include "compress/index_code.h"
 #include "compress/spec.h"
 #include "gccl.h"
 
@@ -34,5 +36,23 @@ void topk_values_put(unsigned char* p, enum spec_values vt, const uint32_t* bits
 
 /* values_get over m values (any bits), with F16C where the CPU has it. */
 void topk_values_get(const unsigned char* p, enum spec_values vt, size_t m, float* out);
+
+/* Reads a top-k frame's kept entries (index, decoded value) in index order, for
+ * collectives that route them instead of adding them into a dense tensor. The
+ * frame is one this process encoded or one that passed validation; h is its
+ * header (frame_validate), payload the bytes after it. Exceptions and
+ * FRAME_FLAG_RAW frames are the caller's. */
+struct topk_reader {
+  struct index_reader r;
+  const unsigned char* vals;
+  size_t vs, done;
+  enum spec_values vt;
+  unsigned char* plain; /* the inflated index section of a zstd frame */
+};
+/* gcclCorruptData (a zstd section that does not inflate), gcclSystemError. */
+gcclResult_t topk_reader_init(struct topk_reader* rd, const struct frame_header* h, const unsigned char* payload);
+/* Writes the next (up to max) entries; returns how many (0 when done). */
+size_t topk_reader_next(struct topk_reader* rd, uint64_t* idx, float* val, size_t max);
+void topk_reader_free(struct topk_reader* rd);
 
 #endif

@@ -1,22 +1,34 @@
 /* collectives.c — the public dense collectives: build the call, check it, launch it. */
 #include "../common/result.h"
 #include "comm.h"
+#include "dropin.h"
 
-static gcclResult_t launch(gcclComm_t comm, const struct coll_args* a, gcclStream_t stream, const char* fn) {
+static gcclResult_t check(gcclComm_t comm, const struct coll_args* a, gcclStream_t stream, const char* fn) {
   gcclResult_t res = argcheck_collective(comm, a, fn);
   if (res == gcclSuccess && stream && !stream_valid(stream))
     res = err_set(gcclInvalidArgument, "%s: stream is not a live gcclStream_t", fn);
-  if (res != gcclSuccess) return comm_fail(comm, res);
+  return comm_fail(comm, res);
+}
+
+static gcclResult_t launch(gcclComm_t comm, const struct coll_args* a, gcclStream_t stream, const char* fn) {
+  GCCL_CHECK(check(comm, a, stream, fn));
   return enqueue_collective(comm, a, stream);
 }
 
 /* Fields a collective does not use are fixed (op = sum, root = 0) so that the
  * agreement step compares only what matters. */
 
-gcclResult_t gcclAllReduce(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t datatype,
-                           gcclRedOp_t op, gcclComm_t comm, gcclStream_t stream) {
+/* With GCCL_COMPRESS set, an eligible call runs as gcclAllReduceCompressed with
+ * the drop-in table's compressor for its buffer (dropin.h). */
+gcclResult_t gcclAllReduce(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t datatype, gcclRedOp_t op,
+                           gcclComm_t comm, gcclStream_t stream) {
   struct coll_args a = {COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, NULL, 0};
-  return launch(comm, &a, stream, "gcclAllReduce");
+  GCCL_CHECK(check(comm, &a, stream, "gcclAllReduce"));
+  gcclCompressor_t comp;
+  gcclResult_t res = dropin_route(comm, &a, &comp);
+  if (res != gcclSuccess) return comm_fail(comm, res);
+  if (comp) return gcclAllReduceCompressed(sendbuff, recvbuff, count, datatype, op, comp, comm, stream);
+  return enqueue_collective(comm, &a, stream);
 }
 
 gcclResult_t gcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, gcclDataType_t datatype,

@@ -14,6 +14,8 @@
 #include "../common/result.h"
 #include "../compress/compressor.h"
 #include "../transport/local.h"
+#include "../transport/sim.h"
+#include "dropin.h"
 
 #define DEFAULT_TIMEOUT_MS 300000
 
@@ -56,7 +58,9 @@ gcclResult_t gcclGetUniqueId(gcclUniqueId* id) {
   return gcclSuccess;
 }
 
-static int unique_id_valid(const gcclUniqueId* id) { return memcmp(id->internal, ID_MAGIC, sizeof ID_MAGIC) == 0; }
+static int unique_id_valid(const gcclUniqueId* id) {
+  return memcmp(id->internal, ID_MAGIC, sizeof ID_MAGIC) == 0;
+}
 
 /* ---- creation ------------------------------------------------------------------ */
 
@@ -90,7 +94,13 @@ gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks) {
   c->timeout_ms = t > 0 ? t : INT64_MAX / 1000000; /* 0: wait for ever */
   const char* algo = env_str("GCCL_ALGO");
   c->forced_algo = algo_from_name(algo);
-  if (algo && c->forced_algo == ALGO_AUTO) GCCL_WARN("ignoring GCCL_ALGO=%s: use ring, rhd, tree or direct", algo);
+  if (algo && c->forced_algo == ALGO_AUTO)
+    GCCL_WARN("ignoring GCCL_ALGO=%s: not an algorithm's name (README lists them)", algo);
+  res = dropin_create(&c->dropin, nranks, c->ctx.local_size);
+  if (res != gcclSuccess) {
+    comm_free(c);
+    return res;
+  }
   *out = c;
   return gcclSuccess;
 }
@@ -100,6 +110,8 @@ void comm_free(gcclComm_t c) {
   if (c->tp) c->tp->ops->destroy(c->tp);
   arena_free(c->ctx.scratch, COLL_SCRATCH_BYTES);
   coll_workspace_free(&c->ctx);
+  dropin_destroy(c->dropin);
+  hier_state_free(c->ctx.hier);
   free(c->ctx.peer_send);
   free(c->ctx.peer_recv);
   pthread_mutex_destroy(&c->mu);
@@ -121,12 +133,18 @@ gcclResult_t gcclCommInitRank(gcclComm_t* comm, int nranks, gcclUniqueId id, int
   GCCL_CHECK(comm_alloc(&c, rank, nranks));
   log_set_rank(rank);
   gcclResult_t res = rendezvous_join(&id, nranks, rank, c->timeout_ms, &c->tp);
+  struct sim_config sim;
+  if (res == gcclSuccess && sim_config_from_env(&sim, c->ctx.local_size)) {
+    struct transport* wrapped;
+    res = sim_transport_join(&wrapped, c->tp, &sim);
+    if (res == gcclSuccess) c->tp = wrapped;
+  }
   if (res != gcclSuccess) {
     comm_free(c);
     return res;
   }
   c->ctx.tp = c->tp;
-  GCCL_INFO(LOG_INIT, "comm %p rank %d of %d ready (local transport)", (void*)c, rank, nranks);
+  GCCL_INFO(LOG_INIT, "comm %p rank %d of %d ready (%s transport)", (void*)c, rank, nranks, c->tp->ops->name);
   *comm = c;
   return gcclSuccess;
 }
@@ -137,6 +155,7 @@ gcclResult_t gcclCommInitAll(gcclComm_t* comms, int nranks) {
   if (nranks < 1) return err_set(gcclInvalidArgument, "gcclCommInitAll: nranks %d is less than 1", nranks);
   struct local_world* w;
   GCCL_CHECK(local_world_create(&w, nranks));
+  struct sim_world* link_model = NULL; /* GCCL_SIM_LINK_*: wraps every rank's transport */
   gcclResult_t res = gcclSuccess;
   int made = 0;
   for (; made < nranks; made++) {
@@ -144,9 +163,18 @@ gcclResult_t gcclCommInitAll(gcclComm_t* comms, int nranks) {
     GCCL_CHECK_GOTO(comm_alloc(&c, made, nranks), res, fail);
     comms[made] = c;
     GCCL_CHECK_GOTO(local_transport_create(&c->tp, w, made, c->timeout_ms), res, fail_one);
+    struct sim_config sim;
+    if (made == 0 && sim_config_from_env(&sim, c->ctx.local_size))
+      GCCL_CHECK_GOTO(sim_world_create(&link_model, nranks, &sim), res, fail_one);
+    if (link_model) {
+      struct transport* wrapped;
+      GCCL_CHECK_GOTO(sim_transport_create(&wrapped, c->tp, link_model), res, fail_one);
+      c->tp = wrapped;
+    }
     c->ctx.tp = c->tp;
   }
-  local_world_unref(w); /* the transports hold it now */
+  local_world_unref(w); /* the transports hold them now */
+  sim_world_unref(link_model);
   return gcclSuccess;
 fail_one:
   made++;
@@ -154,6 +182,7 @@ fail:
   for (int i = 0; i < made; i++) comm_free(comms[i]);
   for (int i = 0; i < nranks; i++) comms[i] = NULL;
   local_world_unref(w);
+  sim_world_unref(link_model);
   return res;
 }
 
@@ -221,11 +250,9 @@ gcclResult_t gcclCommGetAsyncError(gcclComm_t comm, gcclResult_t* asyncError) {
 static enum coll_algo choose_algo(gcclComm_t comm, const struct coll_args* a) {
   size_t bytes = a->count * dtype_size(a->dt);
   if (!a->comp)
-    return tuner_choose(a->kind, bytes, comm->nranks, comm->tp->shares_address_space, comm->forced_algo);
-  const struct codec_spec* s = &a->comp->spec;
-  double density = s->codec == CODEC_TOPK || s->codec == CODEC_RANDK ? s->ratio : 1.0;
-  return tuner_choose_compressed(a->kind, s->codec, density, bytes, comm->nranks, comm->ctx.local_size,
-                                 comm->forced_algo);
+    return tuner_choose(a->kind, bytes, comm->nranks, comm->ctx.local_size, comm->tp->shares_address_space,
+                        comm->forced_algo);
+  return tuner_choose_compressed(a->kind, &a->comp->spec, comm->nranks, comm->ctx.local_size, comm->forced_algo);
 }
 
 gcclResult_t comm_execute(gcclComm_t comm, const struct coll_args* call) {

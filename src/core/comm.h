@@ -16,15 +16,16 @@ struct gcclComm {
   int rank;
   int nranks;
   struct transport* tp;
-  struct coll_ctx ctx; /* scratch and peer buffer table, reused by every call */
+  struct coll_ctx ctx;        /* scratch and peer buffer table, reused by every call */
   enum coll_algo forced_algo; /* GCCL_ALGO */
   int64_t timeout_ms;         /* GCCL_TIMEOUT_MS */
+  struct dropin* dropin;      /* GCCL_COMPRESS (dropin.h); NULL when off */
   uint64_t seq;               /* collectives run so far */
   atomic_int async_error;     /* gcclResult_t that broke the communicator */
 
-  pthread_mutex_t mu;         /* guards what follows */
-  pthread_cond_t idle;        /* signalled when pending drops to 0 */
-  int pending;                /* collectives queued or running, not yet finished */
+  pthread_mutex_t mu;  /* guards what follows */
+  pthread_cond_t idle; /* signalled when pending drops to 0 */
+  int pending;         /* collectives queued or running, not yet finished */
   char last_error[512];
   struct gcclStream* group_stream; /* runs this comm's NULL-stream work of a group */
 };
@@ -64,7 +65,6 @@ gcclResult_t comm_group_stream(gcclComm_t comm, gcclStream_t* out);
 int group_record(gcclComm_t comm, const struct coll_args* args, gcclStream_t stream);
 
 /* Rendezvous of thread ranks by unique id (rendezvous.c). */
-gcclResult_t rendezvous_join(const gcclUniqueId* id, int nranks, int rank, int64_t timeout_ms,
-                             struct transport** tp);
+gcclResult_t rendezvous_join(const gcclUniqueId* id, int nranks, int rank, int64_t timeout_ms, struct transport** tp);
 
 #endif

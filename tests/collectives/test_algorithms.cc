@@ -51,7 +51,7 @@ std::vector<gcclResult_t> RunRanks(int p, size_t scratch_bytes, int64_t timeout_
   for (int r = 0; r < p; r++) {
     threads.emplace_back([&, r] {
       void* scratch = std::malloc(scratch_bytes);
-      struct coll_ctx ctx = {tps[r], r, p, scratch, scratch_bytes, nullptr, nullptr, p, nullptr, 0};
+      struct coll_ctx ctx = {tps[r], r, p, scratch, scratch_bytes, nullptr, nullptr, p, nullptr, 0, nullptr};
       res[r] = body(&ctx);
       if (res[r] != gcclSuccess) tps[r]->ops->cancel_all(tps[r]);
       std::free(scratch);
@@ -458,7 +458,8 @@ TEST(AlgorithmsAllReduce, ProductionScratchLargeVector) {
     for (int r = 0; r < p; r++)
       for (size_t i = 0; i < n; i++) in[r][i] = (int32_t)(i * 7 + (size_t)r);
     auto res = RunRanks(p, COLL_SCRATCH_BYTES, kTimeoutMs, [&](struct coll_ctx* ctx) {
-      struct coll_args a = {COLL_ALLREDUCE, in[ctx->rank].data(), out[ctx->rank].data(), n, gcclInt32, gcclSum, 0, nullptr, 0};
+      struct coll_args a = {
+          COLL_ALLREDUCE, in[ctx->rank].data(), out[ctx->rank].data(), n, gcclInt32, gcclSum, 0, nullptr, 0};
       return algo.fn(ctx, &a);
     });
     for (int r = 0; r < p; r++) {
@@ -484,7 +485,8 @@ TEST(AlgorithmsErrors, MissingPeerTimesOutAndLeavesSendbuffUnchanged) {
     auto start = std::chrono::steady_clock::now();
     auto res = RunRanks(p, kSmallScratch, 200, [&](struct coll_ctx* ctx) {
       if (ctx->rank == 2) return gcclSuccess;  // never arrives
-      struct coll_args a = {COLL_ALLREDUCE, in[ctx->rank].data(), out[ctx->rank].data(), n, gcclFloat32, gcclSum, 0, nullptr, 0};
+      struct coll_args a = {
+          COLL_ALLREDUCE, in[ctx->rank].data(), out[ctx->rank].data(), n, gcclFloat32, gcclSum, 0, nullptr, 0};
       return algo.fn(ctx, &a);
     });
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -69,7 +69,9 @@ void ExpectNearestEven(bool fp16, float x, uint16_t code) {
     if (!std::isfinite(v)) continue;
     double nerr = std::fabs(v - (double)x);
     EXPECT_LE(err, nerr) << "x=" << x << " code=" << code;
-    if (err == nerr) EXPECT_EQ(code & 1, 0) << "tie not to even: x=" << x;
+    if (err == nerr) {
+      EXPECT_EQ(code & 1, 0) << "tie not to even: x=" << x;
+    }
   }
 }
 
@@ -206,16 +208,41 @@ TEST(NoneCodec, ExactForEveryDatatype) {
     for (size_t i = 0; i < n; i++) {
       double a = (double)(rng() % 50), b = (double)(rng() % 50);
       switch (dt) {
-        case gcclFloat16: { uint16_t u = float_to_half((float)a), v = float_to_half((float)b), w = float_to_half((float)(a + b));
-          std::memcpy(&x[2 * i], &u, 2); std::memcpy(&base[2 * i], &v, 2); std::memcpy(&want[2 * i], &w, 2); break; }
-        case gcclBfloat16: { uint16_t u = float_to_bf16((float)a), v = float_to_bf16((float)b), w = float_to_bf16((float)(a + b));
-          std::memcpy(&x[2 * i], &u, 2); std::memcpy(&base[2 * i], &v, 2); std::memcpy(&want[2 * i], &w, 2); break; }
-        case gcclFloat32: { float u = (float)a, v = (float)b, w = (float)(a + b);
-          std::memcpy(&x[4 * i], &u, 4); std::memcpy(&base[4 * i], &v, 4); std::memcpy(&want[4 * i], &w, 4); break; }
-        case gcclFloat64: { double u = a, v = b, w = a + b;
-          std::memcpy(&x[8 * i], &u, 8); std::memcpy(&base[8 * i], &v, 8); std::memcpy(&want[8 * i], &w, 8); break; }
-        default: { uint64_t u = (uint64_t)a, v = (uint64_t)b, w = u + v;
-          std::memcpy(&x[es * i], &u, es); std::memcpy(&base[es * i], &v, es); std::memcpy(&want[es * i], &w, es); break; }
+        case gcclFloat16: {
+          uint16_t u = float_to_half((float)a), v = float_to_half((float)b), w = float_to_half((float)(a + b));
+          std::memcpy(&x[2 * i], &u, 2);
+          std::memcpy(&base[2 * i], &v, 2);
+          std::memcpy(&want[2 * i], &w, 2);
+          break;
+        }
+        case gcclBfloat16: {
+          uint16_t u = float_to_bf16((float)a), v = float_to_bf16((float)b), w = float_to_bf16((float)(a + b));
+          std::memcpy(&x[2 * i], &u, 2);
+          std::memcpy(&base[2 * i], &v, 2);
+          std::memcpy(&want[2 * i], &w, 2);
+          break;
+        }
+        case gcclFloat32: {
+          float u = (float)a, v = (float)b, w = (float)(a + b);
+          std::memcpy(&x[4 * i], &u, 4);
+          std::memcpy(&base[4 * i], &v, 4);
+          std::memcpy(&want[4 * i], &w, 4);
+          break;
+        }
+        case gcclFloat64: {
+          double u = a, v = b, w = a + b;
+          std::memcpy(&x[8 * i], &u, 8);
+          std::memcpy(&base[8 * i], &v, 8);
+          std::memcpy(&want[8 * i], &w, 8);
+          break;
+        }
+        default: {
+          uint64_t u = (uint64_t)a, v = (uint64_t)b, w = u + v;
+          std::memcpy(&x[es * i], &u, es);
+          std::memcpy(&base[es * i], &v, es);
+          std::memcpy(&want[es * i], &w, es);
+          break;
+        }
       }
     }
     Compressor c("none", n, dt);

@@ -1,0 +1,317 @@
+/* cost_model.c — the α-β-γ model of an allreduce (see cost_model.h). */
+#include "cost_model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/clock.h"
+#include "../common/env.h"
+#include "../common/log.h"
+#include "../common/reduce.h"
+#include "../common/result.h"
+#include "../compress/compressor.h"
+
+#define DEFAULT_INTER_GBPS 10.0 /* Gbit/s */
+#define DEFAULT_INTER_US 20.0
+#define DEFAULT_INTRA_BYTES_PER_S 10e9
+#define DEFAULT_INTRA_US 1.0
+
+/* The measurements: 1 Mi elements (large enough to leave the caches, small enough
+ * to take milliseconds), best of MEASURE_REPS. */
+#define MEASURE_COUNT ((size_t)1 << 20)
+#define MEASURE_REPS 3
+
+/* The value of `name` as a positive decimal number, or 0 when unset or invalid
+ * (an invalid value is reported). */
+static double env_positive(const char* name) {
+  const char* v = env_str(name);
+  if (!v) return 0.0;
+  char* end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (errno || *end || !(x > 0.0) || !isfinite(x)) {
+    GCCL_WARN("ignoring %s=%s: not a positive number", name, v);
+    return 0.0;
+  }
+  return x;
+}
+
+/* The first positive value among the variables, else fallback. */
+static double env_first(const char* sim_name, const char* user_name, double fallback) {
+  double x = env_positive(sim_name);
+  if (x == 0.0) x = env_positive(user_name);
+  return x > 0.0 ? x : fallback;
+}
+
+/* ---- the dense reduction rate, once per process -------------------------------- */
+
+static pthread_once_t reduce_once = PTHREAD_ONCE_INIT;
+static double reduce_rate; /* seconds per byte of dst */
+
+static void measure_reduce(void) {
+  float* a = calloc(MEASURE_COUNT, sizeof *a);
+  float* b = calloc(MEASURE_COUNT, sizeof *b);
+  double best = 0.0;
+  if (a && b) {
+    for (size_t i = 0; i < MEASURE_COUNT; i++) a[i] = b[i] = (float)(i & 1023);
+    for (int r = 0; r < MEASURE_REPS; r++) {
+      int64_t t0 = clock_now_ns();
+      reduce_2(a, a, b, MEASURE_COUNT, gcclFloat32, gcclSum);
+      double s = (double)(clock_now_ns() - t0) * 1e-9;
+      if (r == 0 || s < best) best = s;
+    }
+  }
+  /* Out of memory: assume memory speed (~18 GB/s, DESIGN.md). */
+  reduce_rate = best > 0.0 ? best / (double)(MEASURE_COUNT * sizeof(float)) : 1.0 / 18e9;
+  free(a);
+  free(b);
+}
+
+void cost_model_init(struct cost_model* m, int nranks, int local_size) {
+  memset(m, 0, sizeof *m);
+  m->nranks = nranks;
+  m->local_size = local_size > 0 && local_size <= nranks ? local_size : nranks;
+  double gbps = env_first("GCCL_SIM_LINK_GBPS", "GCCL_LINK_GBPS", DEFAULT_INTER_GBPS);
+  double us = env_first("GCCL_SIM_LINK_US", "GCCL_LINK_US", DEFAULT_INTER_US);
+  m->inter.beta = 8.0 / (gbps * 1e9);
+  m->inter.alpha = us * 1e-6;
+  m->intra.beta = 1.0 / DEFAULT_INTRA_BYTES_PER_S;
+  m->intra.alpha = DEFAULT_INTRA_US * 1e-6;
+  pthread_once(&reduce_once, measure_reduce);
+  m->reduce_s_per_byte = reduce_rate;
+}
+
+/* ---- codec rates, once per spec and process ------------------------------------- */
+
+#define CODEC_CACHE_SLOTS 16
+
+struct codec_cache_slot {
+  char spec[SPEC_FORMAT_MAX];
+  struct cost_codec rates;
+};
+
+static pthread_mutex_t codec_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct codec_cache_slot codec_cache[CODEC_CACHE_SLOTS];
+static size_t codec_cache_used;
+
+/* Gaussian-like data (sum of four uniforms), the same on every run. */
+static void fill_gaussian(float* x, size_t n) {
+  uint64_t s = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < n; i++) {
+    float acc = 0.0f;
+    for (int k = 0; k < 4; k++) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      acc += (float)(s >> 40) * (1.0f / 16777216.0f);
+    }
+    x[i] = acc - 2.0f;
+  }
+}
+
+static gcclResult_t measure_codec(const char* spec_text, struct cost_codec* out) {
+  gcclCompressor_t c = NULL;
+  GCCL_CHECK(gcclCompressorCreate(&c, spec_text, MEASURE_COUNT, gcclFloat32));
+  gcclResult_t res = gcclSuccess;
+  size_t cap = compressor_bound_f32(c, MEASURE_COUNT);
+  float* src = malloc(MEASURE_COUNT * sizeof *src);
+  float* sum = calloc(MEASURE_COUNT, sizeof *sum);
+  void* frame = malloc(cap);
+  if (!src || !sum || !frame) {
+    res = err_set(gcclSystemError, "measuring codec %s: out of memory", spec_text);
+    goto done;
+  }
+  fill_gaussian(src, MEASURE_COUNT);
+  double best_enc = 0.0, best_dec = 0.0;
+  size_t bytes = 0;
+  for (int r = 0; r < MEASURE_REPS && res == gcclSuccess; r++) {
+    int64_t t0 = clock_now_ns();
+    res = compressor_encode_f32(c, src, gcclFloat32, 0, MEASURE_COUNT, EF_ADD, 0, frame, cap, &bytes);
+    int64_t t1 = clock_now_ns();
+    compressor_abort(c); /* a measurement, not a call: the residual stays zero */
+    if (res != gcclSuccess) break;
+    res = frame_decode_accumulate(frame, bytes, sum, MEASURE_COUNT, gcclFloat32);
+    int64_t t2 = clock_now_ns();
+    double enc = (double)(t1 - t0) * 1e-9, dec = (double)(t2 - t1) * 1e-9;
+    if (r == 0 || enc < best_enc) best_enc = enc;
+    if (r == 0 || dec < best_dec) best_dec = dec;
+  }
+  if (res == gcclSuccess) {
+    out->encode_s_per_elem = best_enc / (double)MEASURE_COUNT;
+    out->decode_s_per_elem = best_dec / (double)MEASURE_COUNT;
+    out->wire_bytes_per_elem = (double)bytes / (double)MEASURE_COUNT;
+    GCCL_INFO(LOG_TUNING, "codec %s measured: encode %.2f GB/s, decode-accumulate %.2f GB/s, %.3f wire bytes/element",
+              spec_text, 4e-9 / fmax(out->encode_s_per_elem, 1e-15), 4e-9 / fmax(out->decode_s_per_elem, 1e-15),
+              out->wire_bytes_per_elem);
+  }
+done:
+  free(src);
+  free(sum);
+  free(frame);
+  gcclCompressorDestroy(c);
+  return res;
+}
+
+gcclResult_t cost_codec_measure(const char* spec_text, struct cost_codec* out) {
+  /* Held through the measurement: ranks of one process that ask together wait
+   * for the first one's numbers instead of measuring (and disagreeing) each. */
+  pthread_mutex_lock(&codec_cache_mu);
+  size_t used = codec_cache_used < CODEC_CACHE_SLOTS ? codec_cache_used : CODEC_CACHE_SLOTS;
+  for (size_t i = 0; i < used; i++)
+    if (strcmp(codec_cache[i].spec, spec_text) == 0) {
+      *out = codec_cache[i].rates;
+      pthread_mutex_unlock(&codec_cache_mu);
+      return gcclSuccess;
+    }
+  struct cost_codec rates;
+  gcclResult_t res = measure_codec(spec_text, &rates);
+  if (res == gcclSuccess) {
+    /* More specs than slots in one process: the oldest is measured again later. */
+    struct codec_cache_slot* slot = &codec_cache[codec_cache_used++ % CODEC_CACHE_SLOTS];
+    snprintf(slot->spec, sizeof slot->spec, "%s", spec_text);
+    slot->rates = rates;
+    *out = rates;
+  }
+  pthread_mutex_unlock(&codec_cache_mu);
+  return res;
+}
+
+/* ---- the formulas ------------------------------------------------------------------ */
+
+static double log2_ceil(int p) {
+  int l = 0;
+  while ((1 << l) < p) l++;
+  return (double)l;
+}
+
+/* Dense ring allreduce of `bytes` over p ranks on link k. */
+static double dense_ring(int p, double bytes, struct cost_link k, double gr) {
+  if (p <= 1) return 0.0;
+  double f = (double)(p - 1) / p;
+  return 2.0 * (p - 1) * k.alpha + 2.0 * f * bytes * k.beta + f * bytes * gr;
+}
+
+/* What every formula needs about one call. */
+struct call_terms {
+  int p, nodes, L;
+  struct cost_link flat; /* the link a flat algorithm is bound by: inter-node when there are several nodes */
+  struct cost_link intra, inter;
+  double n;       /* dense bytes of the tensor */
+  double m;       /* elements */
+  double gr;      /* dense reduction, s/byte */
+  double e, d, w; /* codec: encode s/elem, decode-accumulate s/elem, wire bytes/elem */
+};
+
+/* Compressed allreduce of m elements over p ranks on link k with the codec's
+ * usual schedule (the one tuner_choose_compressed picks for a flat call). */
+static double compressed_flat(const struct call_terms* t, enum coll_algo algo, int p, double m, struct cost_link k) {
+  if (p <= 1) return t->e * m + t->d * m; /* one rank still encodes and decodes its own tensor */
+  double f = (double)(p - 1) / p, frame = m * t->w;
+  switch (algo) {
+    /* sra: scatter p-1 frames of m/p, allgather p-1 reduced frames; every rank
+     * encodes its tensor once, its owner chunk decodes p-1 frames, re-encodes
+     * the reduced chunk once, and decodes all chunks at the end. */
+    case ALGO_SRA:
+      return 2.0 * (p - 1) * k.alpha + 2.0 * f * frame * k.beta + t->e * m + t->d * f * m + t->e * m / p + t->d * m;
+    /* ring-requant: the same traffic, but every reduce-scatter hop decodes,
+     * adds and re-encodes a chunk. */
+    case ALGO_RING_REQUANT:
+      return 2.0 * (p - 1) * k.alpha + 2.0 * f * frame * k.beta + t->e * m / p + (p - 1) * (t->e + t->d) * m / p +
+             t->d * m;
+    /* sparse-ag: every rank receives the p-1 other frames whole and sums all p
+     * (decoding a frame costs as its entries); the dense sum is zeroed first. */
+    case ALGO_SPARSE_AG:
+      return (p - 1) * k.alpha + (p - 1) * frame * k.beta + t->e * m + p * t->d * m + m * 4.0 * t->gr;
+    /* sparse-sr: each owner receives its range of every frame ((p-1)/p of a
+     * frame), sums them; the reduced ranges (at most p k entries in all, dense
+     * once denser: SparCML's switch) are allgathered and decoded. */
+    case ALGO_SPARSE_SR: {
+      double reduced = fmin((double)p * frame, m * 4.0);
+      return 2.0 * (p - 1) * k.alpha + f * frame * k.beta + f * reduced * k.beta + t->e * m + f * t->d * m +
+             fmin((double)p * t->d * m, m * 4.0 * t->gr) + m * 4.0 * t->gr;
+    }
+    /* randk: only the k values travel, through a dense ring allreduce of k
+     * values; gathering and scattering them costs an encode and a decode. */
+    case ALGO_RANDK:
+      return dense_ring(p, frame, k, t->gr) + t->e * m + t->d * m;
+    default:
+      return -1.0;
+  }
+}
+
+/* The flat compressed schedule of a codec, as tuner_choose_compressed picks it. */
+static enum coll_algo flat_algo_for(const struct codec_spec* s, int p) {
+  enum coll_algo a = tuner_choose_compressed(COLL_ALLREDUCE, s, p, p, ALGO_AUTO);
+  return a == ALGO_HIER ? ALGO_SRA : a;
+}
+
+double cost_allreduce(const struct cost_model* mdl, enum coll_algo algo, size_t count, size_t elem_bytes,
+                      const struct codec_spec* s, const struct cost_codec* c, int compressed) {
+  struct call_terms t = {0};
+  t.p = mdl->nranks;
+  t.L = mdl->local_size;
+  t.nodes = (t.p + t.L - 1) / t.L;
+  t.intra = mdl->intra;
+  t.inter = mdl->inter;
+  t.flat = t.nodes > 1 ? mdl->inter : mdl->intra;
+  t.m = (double)count;
+  t.n = (double)count * (double)elem_bytes;
+  t.gr = mdl->reduce_s_per_byte;
+  if (compressed) {
+    if (!s || !c) return -1.0;
+    t.e = c->encode_s_per_elem;
+    t.d = c->decode_s_per_elem;
+    t.w = c->wire_bytes_per_elem;
+  }
+  int p = t.p;
+  double f = p > 1 ? (double)(p - 1) / p : 0.0, lg = log2_ceil(p);
+  if (!compressed) switch (algo) {
+      /* ring: 2(p-1)α + 2(p-1)/p nβ + (p-1)/p nγ */
+      case ALGO_RING:
+        return dense_ring(p, t.n, t.flat, t.gr);
+      /* rhd: 2 log p α + 2(p-1)/p nβ + (p-1)/p nγ; p not a power of two adds the
+       * fold and unfold of the extra ranks' whole vectors: 2α + 2nβ + nγ. */
+      case ALGO_RHD: {
+        double x = 2.0 * lg * t.flat.alpha + 2.0 * f * t.n * t.flat.beta + f * t.n * t.gr;
+        if (p > 1 && (p & (p - 1)) != 0) x += 2.0 * t.flat.alpha + 2.0 * t.n * t.flat.beta + t.n * t.gr;
+        return x;
+      }
+      /* tree: reduce up and broadcast down a binomial tree of whole vectors:
+       * 2 log p (α + nβ) + log p nγ. */
+      case ALGO_TREE:
+        return 2.0 * lg * (t.flat.alpha + t.n * t.flat.beta) + lg * t.n * t.gr;
+      /* hier: intra-node reduce-scatter and allgather ((L-1)α + (L-1)/L nβ each,
+       * memory speed), a ring allreduce of n/L among the nodes. */
+      case ALGO_HIER: {
+        if (t.nodes <= 1 || t.L <= 1) return -1.0;
+        double fl = (double)(t.L - 1) / t.L;
+        return 2.0 * ((t.L - 1) * t.intra.alpha + fl * t.n * t.intra.beta) + fl * t.n * t.gr +
+               dense_ring(t.nodes, t.n / t.L, t.inter, t.gr);
+      }
+      default:
+        return -1.0;
+    }
+  if (algo != ALGO_HIER) return compressed_flat(&t, algo, p, t.m, t.flat);
+  /* hier compressed: the dense intra-node steps of dense hier, and the codec's
+   * flat schedule on m/L elements among the nodes at the inter-node link. */
+  if (t.nodes <= 1 || t.L <= 1) return -1.0;
+  double fl = (double)(t.L - 1) / t.L;
+  return 2.0 * ((t.L - 1) * t.intra.alpha + fl * t.n * t.intra.beta) + fl * t.n * t.gr +
+         compressed_flat(&t, flat_algo_for(s, t.nodes), t.nodes, t.m / t.L, t.inter);
+}
+
+double cost_best_dense_allreduce(const struct cost_model* m, size_t count, size_t elem_bytes, enum coll_algo* algo) {
+  static const enum coll_algo dense[] = {ALGO_RING, ALGO_RHD, ALGO_TREE, ALGO_HIER};
+  double best = -1.0;
+  *algo = ALGO_RING;
+  for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
+    double x = cost_allreduce(m, dense[i], count, elem_bytes, NULL, NULL, 0);
+    if (x >= 0.0 && (best < 0.0 || x < best)) {
+      best = x;
+      *algo = dense[i];
+    }
+  }
+  return best;
+}

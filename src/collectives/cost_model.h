@@ -1,0 +1,71 @@
+/* cost_model.h — the α-β-γ model of an allreduce: predicted seconds of the dense
+ * algorithms and of the compressed ones, so that GCCL_COMPRESS=auto:SPEC
+ * compresses only where compressing is predicted to pay (Agarwal et al., MLSys
+ * 2022: mostly it does not).
+ *
+ * α: seconds per message, β: seconds per byte on the wire, per level (intra-node,
+ * inter-node); γ: seconds per element (codec encode, decode-accumulate) or per
+ * byte (dense reduction), measured on this machine once per process.
+ *
+ * Links (read by cost_model_init):
+ *   inter-node: GCCL_SIM_LINK_GBPS / GCCL_SIM_LINK_US when set (the link model of
+ *   the local transport), else GCCL_LINK_GBPS / GCCL_LINK_US (a real network the
+ *   user describes), else 10 Gbit/s and 20 µs;
+ *   intra-node: 10 GB/s and 1 µs (memory copies between threads or processes).
+ * Values are decimal numbers (Gbit/s, microseconds); a malformed or non-positive
+ * one is reported (WARN) and the next source is used.
+ *
+ * Every rank must reach the same decision, so every input must be equal on every
+ * rank: the environment (read per rank) and the measured rates. Thread ranks share
+ * the process and so its one measurement. Ranks in separate processes (the MPI
+ * transport) measure differently: there rank 0's cost_codec and reduce rate must
+ * be broadcast at communicator creation before any decision is taken. */
+#ifndef GCCL_COLLECTIVES_COST_MODEL_H
+#define GCCL_COLLECTIVES_COST_MODEL_H
+
+#include <stddef.h>
+
+#include "../compress/spec.h"
+#include "coll.h"
+
+struct cost_link {
+  double alpha; /* seconds per message */
+  double beta;  /* seconds per byte */
+};
+
+struct cost_model {
+  int nranks;
+  int local_size; /* ranks per node (coll_ctx.local_size) */
+  struct cost_link intra, inter;
+  double reduce_s_per_byte; /* dense reduction dst += src, per byte of dst */
+};
+
+/* A codec's measured rates, for fp32 tensors (collective frames carry fp32). */
+struct cost_codec {
+  double encode_s_per_elem;   /* compressor_encode_f32 with error feedback, per element */
+  double decode_s_per_elem;   /* frame_decode_accumulate into fp32 sums, per element of the range */
+  double wire_bytes_per_elem; /* frame bytes / elements, on Gaussian data */
+};
+
+/* Fills *m for nranks ranks, local_size per node: links from the environment and
+ * the dense reduction rate (measured on the first call in the process). */
+void cost_model_init(struct cost_model* m, int nranks, int local_size);
+
+/* The rates of `spec` (canonical text spec_text), measured on the first call for
+ * that spec in the process and cached: encode and decode-accumulate of a 1 Mi-
+ * element fp32 buffer, best of a few repetitions. Callers of one process get the
+ * same numbers. Errors: gcclSystemError (out of memory), the codec's own. */
+gcclResult_t cost_codec_measure(const char* spec_text, struct cost_codec* out);
+
+/* Predicted seconds of an allreduce of `count` elements of `elem_bytes` bytes:
+ * dense with algorithm `algo` (ring, rhd, tree, hier), or compressed with codec
+ * rates c and spec s with algorithm `algo` (sra, ring-requant, sparse-ag,
+ * sparse-sr, randk, hier). c and s are ignored for dense algorithms. A negative
+ * value means the model does not cover that algorithm. */
+double cost_allreduce(const struct cost_model* m, enum coll_algo algo, size_t count, size_t elem_bytes,
+                      const struct codec_spec* s, const struct cost_codec* c, int compressed);
+
+/* The fastest dense allreduce the model knows for this call; *algo names it. */
+double cost_best_dense_allreduce(const struct cost_model* m, size_t count, size_t elem_bytes, enum coll_algo* algo);
+
+#endif

@@ -1,0 +1,41 @@
+/* sim_api.c — gccl_sim.h: a rank's virtual clock and sent bytes under the link model. */
+#include "../common/result.h"
+#include "../transport/sim.h"
+#include "comm.h"
+#include "gccl_sim.h"
+
+/* The link-model transport of comm, or gcclInvalidUsage when comm has none. */
+static gcclResult_t sim_of(gcclComm_t comm, const void* out, const char* fn, struct transport** tp) {
+  GCCL_CHECK(argcheck_comm(comm, fn));
+  if (!out) return comm_fail(comm, err_set(gcclInvalidArgument, "%s: the output pointer is NULL", fn));
+  if (!sim_transport_is(comm->tp))
+    return comm_fail(comm, err_set(gcclInvalidUsage,
+                                   "%s: the link model is off for this communicator; set GCCL_SIM_LINK_GBPS "
+                                   "and/or GCCL_SIM_LINK_US before creating it",
+                                   fn));
+  *tp = comm->tp;
+  return gcclSuccess;
+}
+
+gcclResult_t gcclCommSimTime(gcclComm_t comm, double* seconds) {
+  struct transport* tp = NULL;
+  GCCL_CHECK(sim_of(comm, seconds, "gcclCommSimTime", &tp));
+  *seconds = sim_transport_time(tp);
+  return gcclSuccess;
+}
+
+gcclResult_t gcclCommSimBytesSent(gcclComm_t comm, uint64_t* bytes) {
+  struct transport* tp = NULL;
+  uint64_t inter_node;
+  GCCL_CHECK(sim_of(comm, bytes, "gcclCommSimBytesSent", &tp));
+  sim_transport_bytes_sent(tp, bytes, &inter_node);
+  return gcclSuccess;
+}
+
+gcclResult_t gcclCommSimInterNodeBytesSent(gcclComm_t comm, uint64_t* bytes) {
+  struct transport* tp = NULL;
+  uint64_t all;
+  GCCL_CHECK(sim_of(comm, bytes, "gcclCommSimInterNodeBytesSent", &tp));
+  sim_transport_bytes_sent(tp, &all, bytes);
+  return gcclSuccess;
+}

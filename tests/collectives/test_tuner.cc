@@ -1,0 +1,77 @@
+// test_tuner.cc — the algorithm choices of tuner.c: topology, codec, density, GCCL_ALGO.
+#include <gtest/gtest.h>
+
+extern "C" {
+#include "collectives/coll.h"
+#include "compress/spec.h"
+}
+
+namespace {
+
+struct codec_spec Spec(const char* text) {
+  struct codec_spec s;
+  EXPECT_EQ(spec_parse(text, &s), gcclSuccess) << text;
+  return s;
+}
+
+const size_t kLarge = 100u << 20;
+
+TEST(Tuner, DenseAllReduceGoesHierarchicalAcrossNodesOnly) {
+  // threads sharing an address space read each other's buffers, at any layout
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 4, 1, ALGO_AUTO), ALGO_DIRECT);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 4, 0, ALGO_AUTO), ALGO_HIER);
+  // one node, or one rank per node: flat
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 8, 0, ALGO_AUTO), ALGO_RHD);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 1, 0, ALGO_AUTO), ALGO_RHD);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 6, 1, 0, ALGO_AUTO), ALGO_RING);
+  // latency-bound sizes stay on the tree even across nodes
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 1024, 8, 4, 0, ALGO_AUTO), ALGO_TREE);
+  // GCCL_ALGO wins when the collective has the algorithm
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 4, 0, ALGO_RING), ALGO_RING);
+  EXPECT_EQ(tuner_choose(COLL_ALLGATHER, kLarge, 8, 4, 0, ALGO_HIER), ALGO_RING);
+}
+
+TEST(Tuner, CompressedAllReduceByCodecRanksAndDensity) {
+  struct codec_spec u8 = Spec("uniform:bits=8"), randk = Spec("randk:ratio=0.01");
+  struct codec_spec topk = Spec("topk:ratio=0.01"), global = Spec("topk:ratio=0.01,global=1");
+  struct codec_spec dense_topk = Spec("topk:ratio=0.3");
+  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &u8, 8, 8, ALGO_AUTO), ALGO_SRA);
+  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &randk, 8, 8, ALGO_AUTO), ALGO_RANDK);
+  // top-k: allgather for few ranks, split-reduce for many
+  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &topk, 2, 2, ALGO_AUTO), ALGO_SPARSE_AG);
+  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &topk, 4, 4, ALGO_AUTO), ALGO_SPARSE_AG);
+  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &topk, 8, 8, ALGO_AUTO), ALGO_SPARSE_SR);
+  // ... and the split-reduce whenever its ranges carry less: global, or dense sums
+  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &global, 3, 3, ALGO_AUTO), ALGO_SPARSE_SR);
+  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &dense_topk, 3, 3, ALGO_AUTO), ALGO_SPARSE_SR);
+  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &global, 2, 2, ALGO_AUTO), ALGO_SPARSE_AG);
+  // several nodes: hierarchical for every codec
+  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &topk, 8, 4, ALGO_AUTO), ALGO_HIER);
+  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &u8, 8, 4, ALGO_AUTO), ALGO_HIER);
+  // allgather and reduce-scatter have one schedule
+  EXPECT_EQ(tuner_choose_compressed(COLL_ALLGATHER, &topk, 8, 4, ALGO_AUTO), ALGO_SRA);
+}
+
+TEST(Tuner, ForcedCompressedAlgorithmMustFitTheCodec) {
+  struct codec_spec u8 = Spec("uniform:bits=8"), topk = Spec("topk:ratio=0.01"), randk = Spec("randk:ratio=0.01");
+  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &u8, 8, 8, ALGO_RING_REQUANT), ALGO_RING_REQUANT);
+  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &topk, 8, 8, ALGO_SPARSE_AG), ALGO_SPARSE_AG);
+  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &topk, 8, 8, ALGO_HIER), ALGO_HIER);
+  // misfits fall back to the automatic choice
+  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &u8, 8, 8, ALGO_SPARSE_SR), ALGO_SRA);
+  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &topk, 8, 8, ALGO_SRA), ALGO_SPARSE_SR);
+  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &randk, 8, 8, ALGO_SPARSE_AG), ALGO_RANDK);
+  // a dense algorithm is not a compressed one
+  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &u8, 8, 8, ALGO_RING), ALGO_SRA);
+}
+
+TEST(Tuner, AlgorithmNamesRoundTrip) {
+  for (int a = 0; a < ALGO_COUNT; a++)
+    EXPECT_EQ(algo_from_name(algo_name(static_cast<enum coll_algo>(a))), a)
+        << algo_name(static_cast<enum coll_algo>(a));
+  EXPECT_EQ(algo_from_name("SPARSE-SR"), ALGO_SPARSE_SR);
+  EXPECT_EQ(algo_from_name("nope"), ALGO_AUTO);
+  EXPECT_EQ(algo_from_name(nullptr), ALGO_AUTO);
+}
+
+}  // namespace
