@@ -1,115 +1,47 @@
-/* gccl-bench.c — nccl-tests for gccl: times collectives over a range of sizes,
- * every rank a thread of this process, and prints nccl-tests' table; optionally
- * compressed (codecs) and over the link model (virtual nodes and a simulated
- * network), with one row per size and variant.
+/* gccl-bench.c — nccl-tests for gccl: times collectives over a range of sizes and
+ * prints nccl-tests' table; optionally compressed (codecs) and over the link model
+ * (virtual nodes and a simulated network), with one row per size and variant.
+ * Ranks are threads of this process, or with --mpi one per MPI process
+ * (mpi_mode.c), where every size also gets a row for the MPI library's own
+ * collective, the baseline the others are compared against.
  *
  *   gccl-bench allreduce -r 4 -b 8 -e 128M -f 2 -d float -o sum -n 20 -w 5 -c 1
  *   gccl-bench allreduce -r 8 --ranks-per-node 1 --link-gbps 1 --link-us 10 --dense-best \
  *       --codec "fp16 uniform:bits=8 sign topk:ratio=0.01" -b 100M -e 100M -n 3 -w 1 -J out.json
+ *   mpirun -np 4 gccl-bench --mpi allreduce --dense-best --codec "fp16 sign" -b 16M -e 100M -f 6.25 -m
  *
- * main makes one set of communicators (gcclCommInitAll) per GCCL_ALGO a variant
- * needs, after setting the link model's environment; then each rank's thread, for
- * each size and variant: fills its input, warms up, and times -n calls from a
- * barrier-aligned start. With the link model on, time is simulated
- * (gcclCommSimTime: the latest rank clock after the calls minus the latest before
- * them, every call starting with a synchronising agreement), else the slowest
- * rank's wall time; per call, median of 5 such timings with -m. Dense variants
- * time out-of-place then in-place and, with -c 1, compare one call on fresh inputs
- * element by element with an exact CPU reference. Every variant on a float type
- * also runs one call on pseudo-Gaussian inputs (with a fresh compressor: zero
- * residual) and reports the relative L2 error of its result against the exact
- * (fp64) one.
+ * Thread mode: main makes one set of communicators (gcclCommInitAll) per
+ * GCCL_ALGO a variant needs, after setting the link model's environment; then
+ * each rank's thread, for each size and variant: fills its input, warms up, and
+ * times -n calls from a barrier-aligned start. With the link model on, time is
+ * simulated (gcclCommSimTime: the latest rank clock after the calls minus the
+ * latest before them, every call starting with a synchronising agreement), else
+ * the slowest rank's wall time; per call, median of 5 such timings with -m. Dense
+ * variants time out-of-place then in-place and, with -c 1, compare one call on
+ * fresh inputs element by element with an exact CPU reference. Every variant on a
+ * float type also runs one call on pseudo-Gaussian inputs (with a fresh
+ * compressor: zero residual) and reports the relative L2 error of its result
+ * against the exact (fp64) one. MPI mode runs the same driver (gccl_bench.h).
  *
  * Extra columns, after nccl-tests' ones: codec, algorithm, bytes per call sent
  * by the busiest rank (wire: to any peer; net: to other nodes, what its network
- * link carried; link model only), compression ratio (the bytes a
+ * link carried; thread mode: link model only), compression ratio (the bytes a
  * bandwidth-optimal dense algorithm sends per rank, busbw's numerator, over the
  * wire bytes), relative L2 error, and speed-up against the fastest dense variant
- * of the same size. busbw is always computed on uncompressed bytes. */
+ * of the same size; MPI mode adds the speed-up against the MPI library's
+ * collective. busbw is always computed on uncompressed bytes. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <pthread.h>
 
-#include "bench_common.h"
-#include "gccl.h"
+#include "gccl_bench.h"
 #include "gccl_sim.h"
 
-#define MAX_REPS 5      /* timings per size in median mode */
-#define MAX_VARIANTS 64 /* dense-best algorithms plus --codec specs */
-#define MAX_ALGOS 8     /* distinct GCCL_ALGO settings, one communicator set each */
-
-/* One line of the table per size: a codec (NULL = dense) under an algorithm. */
-typedef struct {
-  const char* codec; /* a compressor spec; NULL for the dense call */
-  const char* algo;  /* GCCL_ALGO for its communicators; NULL = the tuner's (or the environment's) */
-  int comm_set;      /* index of its communicators */
-} variant;
-
-/* Options beyond nccl-tests' ones. */
-typedef struct {
-  variant v[MAX_VARIANTS];
-  int nv;
-  const char* algos[MAX_ALGOS]; /* per communicator set */
-  int nalgos;
-  int ranks_per_node; /* 0: not set */
-  double link_gbps, link_us;
-  int link_model; /* --link-gbps or --link-us given */
-  int pace;       /* --pace */
-  int dense_best;
-  const char* json_path;
-} ext_opts;
-
-/* One result, as -J writes it. */
-typedef struct {
-  size_t bytes;
-  const char* codec;
-  const char* algo;
-  double time_us, busbw, ratio, rel_err, speedup;
-  double wire_bytes; /* < 0: not measured (no link model) */
-  double net_bytes;
-} record;
-
-/* What the rank threads share. Written by main before they start, except the
- * per-rank result slots, which every rank reads after a barrier. */
-typedef struct {
-  bench_opts o;
-  ext_opts x;
-  bench_tables tb;
-  gcclComm_t* comms[MAX_ALGOS]; /* [comm_set][rank] */
-  pthread_barrier_t barrier;
-  double* times;      /* [MAX_REPS][nranks] wall seconds per call, or the virtual clock after */
-  double* before;     /* [MAX_REPS][nranks] virtual clock before the timed calls */
-  uint64_t* wire;     /* [nranks] bytes sent per call (link model) */
-  uint64_t* net;      /* [nranks] of which to other nodes */
-  size_t* wrong;      /* [nranks] wrong elements of the last check */
-  double* err2;       /* [nranks] squared error of a rank's share of the result */
-  double* ref2;       /* [nranks] squared exact result of that share */
-  size_t wrong_total; /* rank 0 only, from here on */
-  double busbw_sum;
-  int results;
-  record* recs; /* rank 0 only */
-  size_t nrecs, cap_recs;
-} shared_state;
-
-/* One rank's view of one size and variant. */
-typedef struct {
-  shared_state* sh;
-  int rank;
-  gcclComm_t comm;
-  gcclCompressor_t comp; /* NULL for a dense variant */
-  size_t count, es;
-  char *send, *recv;
-} rank_ctx;
-
-static void check_gccl(const rank_ctx* c, gcclResult_t r, const char* what) {
+void bench_check_gccl(const rank_ctx* c, gcclResult_t r, const char* what) {
   if (r == gcclSuccess) return;
   fprintf(stderr, "gccl-bench: rank %d: %s failed: %s: %s\n", c->rank, what, gcclGetErrorString(r),
           gcclGetLastError(c->comm));
   exit(1);
-}
-
-static void barrier(shared_state* sh) {
-  pthread_barrier_wait(&sh->barrier);
 }
 
 /* ---- inputs with a realistic spread, and the exact result ----------------------- */
@@ -166,19 +98,26 @@ static int has_rel_err(const bench_opts* o) {
 
 /* Where a mode reads its input (n elements of it) and writes its result. */
 static char* input_of(const rank_ctx* c, int inplace, size_t* n) {
-  int coll = c->sh->o.coll;
-  *n = bench_send_elems(&c->sh->o, c->count);
+  int coll = c->run->o.coll;
+  *n = bench_send_elems(&c->run->o, c->count);
   if (!inplace || coll == COLL_REDUCESCATTER) return c->send;
   return coll == COLL_ALLGATHER ? c->recv + (size_t)c->rank * c->count * c->es : c->recv;
 }
 
+/* In place, gccl's reduce-scatter leaves a rank's share where it lay in the input
+ * (as NCCL's); MPI_Reduce_scatter_block leaves it at the start of the buffer. */
 static char* output_of(const rank_ctx* c, int inplace) {
-  if (inplace && c->sh->o.coll == COLL_REDUCESCATTER) return c->send + (size_t)c->rank * c->count * c->es;
+  if (inplace && c->run->o.coll == COLL_REDUCESCATTER)
+    return c->v->mpi ? c->send : c->send + (size_t)c->rank * c->count * c->es;
   return c->recv;
 }
 
 static void run_once(const rank_ctx* c, int inplace) {
-  const bench_opts* o = &c->sh->o;
+  if (c->v->mpi) {
+    c->tp->run_mpi(c, inplace);
+    return;
+  }
+  const bench_opts* o = &c->run->o;
   size_t n_in;
   const char* in = input_of(c, inplace, &n_in);
   char* out = output_of(c, inplace);
@@ -205,108 +144,104 @@ static void run_once(const rank_ctx* c, int inplace) {
       r = gcclReduce(in, out, c->count, dt, op, o->root, c->comm, NULL);
       break;
   }
-  check_gccl(c, r, bench_coll_names[o->coll]);
+  bench_check_gccl(c, r, bench_coll_names[o->coll]);
 }
 
 /* ---- timing and checks ------------------------------------------------------------- */
 
-/* Seconds per call (median of MAX_REPS with -m): simulated with the link model,
- * else the slowest rank's wall time. wire[0], wire[1] = the busiest rank's bytes
- * per call, all and inter-node (link model; else -1). Valid on every rank. */
-static double time_mode(const rank_ctx* c, int inplace, double wire[2]) {
-  shared_state* sh = c->sh;
-  int n = sh->o.nranks, reps = sh->o.median ? MAX_REPS : 1, sim = sh->x.link_model;
-  for (int i = 0; i < sh->o.warmup; i++) run_once(c, inplace);
-  for (int rep = 0; rep < reps; rep++) {
-    size_t slot = (size_t)rep * (size_t)n + (size_t)c->rank;
-    barrier(sh);
-    uint64_t b0 = 0, b1 = 0, n0 = 0, n1 = 0;
-    double t0 = bench_now();
-    if (sim) check_gccl(c, gcclCommSimTime(c->comm, &sh->before[slot]), "gcclCommSimTime");
-    if (sim) check_gccl(c, gcclCommSimBytesSent(c->comm, &b0), "gcclCommSimBytesSent");
-    if (sim) check_gccl(c, gcclCommSimInterNodeBytesSent(c->comm, &n0), "gcclCommSimInterNodeBytesSent");
-    for (int i = 0; i < sh->o.iters; i++) run_once(c, inplace);
-    if (sim) check_gccl(c, gcclCommSimTime(c->comm, &sh->times[slot]), "gcclCommSimTime");
-    if (sim) check_gccl(c, gcclCommSimBytesSent(c->comm, &b1), "gcclCommSimBytesSent");
-    if (sim) check_gccl(c, gcclCommSimInterNodeBytesSent(c->comm, &n1), "gcclCommSimInterNodeBytesSent");
-    if (!sim) sh->times[slot] = (bench_now() - t0) / sh->o.iters;
-    sh->wire[c->rank] = (b1 - b0) / (uint64_t)sh->o.iters;
-    sh->net[c->rank] = (n1 - n0) / (uint64_t)sh->o.iters;
-  }
-  barrier(sh);
+/* One mode's timing. Valid on every rank. */
+typedef struct {
+  double sec;       /* per call (median of MAX_REPS with -m) */
+  double wire, net; /* the busiest rank's bytes per call, all and across the network; -1: not counted */
+  double cpu_all;   /* CPU seconds per call of all ranks together (MPI mode); -1: not measured */
+} timing;
+
+/* Times -n calls: simulated with the link model, else the slowest rank's wall
+ * time from a barrier-aligned start. Bytes and CPU time are the last repetition's. */
+static timing time_mode(const rank_ctx* c, int inplace) {
+  const bench_run* run = c->run;
+  const bench_opts* o = &run->o;
+  int reps = o->median ? MAX_REPS : 1, sim = run->x.link_model && !c->v->mpi;
   double per_rep[MAX_REPS];
+  unsigned counted = 0;
+  double v[4] = {0}, cpu = -1; /* v: max over ranks of time or clock after, clock before, wire, net */
+  for (int i = 0; i < o->warmup; i++) run_once(c, inplace);
   for (int rep = 0; rep < reps; rep++) {
-    const double* t = sh->times + (size_t)rep * (size_t)n;
-    const double* b = sh->before + (size_t)rep * (size_t)n;
-    double latest = 0, latest_before = 0;
-    for (int r = 0; r < n; r++) latest = t[r] > latest ? t[r] : latest;
-    for (int r = 0; r < n; r++) latest_before = b[r] > latest_before ? b[r] : latest_before;
-    per_rep[rep] = sim ? (latest - latest_before) / sh->o.iters : latest;
+    uint64_t b0[2] = {0, 0}, b1[2] = {0, 0};
+    memset(v, 0, sizeof v);
+    c->tp->barrier(c);
+    double t0 = c->tp->now(), cpu0 = c->tp->cpu_now ? c->tp->cpu_now() : 0;
+    if (sim) bench_check_gccl(c, gcclCommSimTime(c->comm, &v[1]), "gcclCommSimTime");
+    counted = c->tp->bytes_sent(c, b0);
+    for (int i = 0; i < o->iters; i++) run_once(c, inplace);
+    if (sim)
+      bench_check_gccl(c, gcclCommSimTime(c->comm, &v[0]), "gcclCommSimTime");
+    else
+      v[0] = (c->tp->now() - t0) / o->iters;
+    if (c->tp->cpu_now) cpu = (c->tp->cpu_now() - cpu0) / o->iters;
+    counted &= c->tp->bytes_sent(c, b1);
+    for (int k = 0; k < 2; k++)
+      if (counted >> k & 1) v[2 + k] = (double)((b1[k] - b0[k]) / (uint64_t)o->iters);
+    c->tp->allreduce(c, v, 4, 1);
+    per_rep[rep] = sim ? (v[0] - v[1]) / o->iters : v[0];
   }
-  uint64_t busiest = 0, busiest_net = 0;
-  for (int r = 0; r < n; r++) busiest = sh->wire[r] > busiest ? sh->wire[r] : busiest;
-  for (int r = 0; r < n; r++) busiest_net = sh->net[r] > busiest_net ? sh->net[r] : busiest_net;
-  wire[0] = sim ? (double)busiest : -1;
-  wire[1] = sim ? (double)busiest_net : -1;
-  barrier(sh); /* all have read the slots before the next timing writes them */
-  return bench_median(per_rep, reps);
+  if (c->tp->cpu_now) c->tp->allreduce(c, &cpu, 1, 0);
+  return (timing){.sec = bench_median(per_rep, reps),
+                  .wire = counted & 1 ? v[2] : -1,
+                  .net = counted & 2 ? v[3] : -1,
+                  .cpu_all = cpu};
 }
 
-/* Wrong elements of one call on fresh inputs, summed over ranks. Valid on rank 0. */
+/* Wrong elements of one call on fresh inputs, summed over ranks. Valid on every rank. */
 static size_t check_mode(const rank_ctx* c, int inplace) {
-  shared_state* sh = c->sh;
-  size_t n_in, out_n = bench_recv_elems(&sh->o, c->count);
+  const bench_run* run = c->run;
+  size_t n_in, out_n = bench_recv_elems(&run->o, c->count);
   char* in = input_of(c, inplace, &n_in);
   memset(output_of(c, inplace), 0xA5, out_n * c->es); /* poison first: a no-op must not pass */
-  bench_fill_input(&sh->tb, &sh->o, c->rank, in, n_in);
-  barrier(sh);
+  bench_fill_input(&run->tb, &run->o, c->rank, in, n_in);
+  c->tp->barrier(c);
   run_once(c, inplace);
-  sh->wrong[c->rank] = bench_check_output(&sh->tb, &sh->o, c->rank, output_of(c, inplace), c->count);
-  barrier(sh);
-  size_t total = 0;
-  for (int r = 0; r < sh->o.nranks; r++) total += sh->wrong[r];
-  return total;
+  double wrong = (double)bench_check_output(&run->tb, &run->o, c->rank, output_of(c, inplace), c->count);
+  c->tp->allreduce(c, &wrong, 1, 0);
+  return (size_t)wrong;
 }
 
 /* Relative L2 error of one out-of-place call on Gaussian inputs; each rank checks a
  * share of the result (every rank holds the same bits of allreduce and allgather
- * results). Valid on rank 0. */
+ * results). Valid on every rank. */
 static double rel_err_mode(const rank_ctx* c) {
-  shared_state* sh = c->sh;
-  const bench_opts* o = &sh->o;
+  const bench_opts* o = &c->run->o;
   size_t n_in;
   char* in = input_of(c, 0, &n_in);
   fill_gauss(o, c->rank, in, n_in);
-  barrier(sh);
+  c->tp->barrier(c);
   run_once(c, 0);
   size_t out_n = bench_recv_elems(o, c->count), lo = 0, hi = out_n;
   if (o->coll != COLL_REDUCESCATTER && o->coll != COLL_REDUCE) {
     lo = out_n * (size_t)c->rank / (size_t)o->nranks;
     hi = out_n * (size_t)(c->rank + 1) / (size_t)o->nranks;
   }
-  double e2 = 0, r2 = 0;
+  double e2r2[2] = {0, 0};
   if (o->coll != COLL_REDUCE || c->rank == o->root)
     for (size_t i = lo; i < hi; i++) {
       double want = exact_value(o, c->rank, c->count, i), got = load_value(o->type, c->recv + i * c->es);
-      e2 += (got - want) * (got - want);
-      r2 += want * want;
+      e2r2[0] += (got - want) * (got - want);
+      e2r2[1] += want * want;
     }
-  sh->err2[c->rank] = e2;
-  sh->ref2[c->rank] = r2;
-  barrier(sh);
-  double te = 0, tr = 0;
-  for (int r = 0; r < o->nranks; r++) te += sh->err2[r], tr += sh->ref2[r];
-  barrier(sh);
-  return tr > 0 ? sqrt(te / tr) : 0;
+  c->tp->allreduce(c, e2r2, 2, 0);
+  return e2r2[1] > 0 ? sqrt(e2r2[0] / e2r2[1]) : 0;
 }
 
 /* ---- output ------------------------------------------------------------------------- */
 
-static void print_header(const shared_state* sh) {
-  const bench_opts* o = &sh->o;
-  bench_print_table_header(o);
-  printf("#   then: %-24s %-12s %12s %12s %7s %9s %8s   (time: %s)\n", "codec", "algo", "wire(B)", "net(B)", "ratio",
-         "rel_err", "speedup", sh->x.link_model ? "simulated, gcclCommSimTime" : "wall clock");
+static void print_header(const bench_run* run) {
+  const ext_opts* x = &run->x;
+  bench_print_table_header(&run->o);
+  printf("#   then: %-24s %-12s %12s %12s %7s %9s %8s%s   (time: %s)\n", "codec", "algo", "wire(B)", "net(B)", "ratio",
+         "rel_err", "speedup", x->mpi ? "   vs_mpi  cpu_all(ms)" : "",
+         x->link_model ? "simulated, gcclCommSimTime"
+         : x->mpi      ? "wall clock, MPI_Wtime"
+                       : "wall clock");
 }
 
 /* A number in `fmt`, or "-" right-aligned in `width` when it was not measured (< 0). */
@@ -317,16 +252,16 @@ static void print_optional(const char* fmt, int width, double v) {
     printf("%*s", width, "-");
 }
 
-static void add_record(shared_state* sh, record r) {
-  if (sh->nrecs == sh->cap_recs) {
-    sh->cap_recs = sh->cap_recs ? 2 * sh->cap_recs : 64;
-    sh->recs = realloc(sh->recs, sh->cap_recs * sizeof *sh->recs);
-    if (!sh->recs) {
+static void add_record(bench_run* run, record r) {
+  if (run->nrecs == run->cap_recs) {
+    run->cap_recs = run->cap_recs ? 2 * run->cap_recs : 64;
+    run->recs = realloc(run->recs, run->cap_recs * sizeof *run->recs);
+    if (!run->recs) {
       fprintf(stderr, "gccl-bench: out of memory\n");
       exit(1);
     }
   }
-  sh->recs[sh->nrecs++] = r;
+  run->recs[run->nrecs++] = r;
 }
 
 static void json_number(FILE* f, const char* key, double v, int last) {
@@ -336,24 +271,26 @@ static void json_number(FILE* f, const char* key, double v, int last) {
     fprintf(f, "\"%s\": null%s", key, last ? "" : ", ");
 }
 
-static int write_json(const shared_state* sh) {
-  FILE* f = fopen(sh->x.json_path, "w");
+/* MPI mode adds "transport": "mpi", "speedup_mpi" and "cpu_all_us"; the rest is thread mode's. */
+static int write_json(const bench_run* run) {
+  FILE* f = fopen(run->x.json_path, "w");
   if (!f) {
-    perror(sh->x.json_path);
+    perror(run->x.json_path);
     return -1;
   }
-  const bench_opts* o = &sh->o;
-  const ext_opts* x = &sh->x;
+  const bench_opts* o = &run->o;
+  const ext_opts* x = &run->x;
   fprintf(f, "[\n");
-  for (size_t i = 0; i < sh->nrecs; i++) {
-    const record* r = &sh->recs[i];
+  for (size_t i = 0; i < run->nrecs; i++) {
+    const record* r = &run->recs[i];
     fprintf(f,
             "  {\"collective\": \"%s\", \"type\": \"%s\", \"op\": \"%s\", \"size\": %zu, \"codec\": \"%s\", "
             "\"algo\": \"%s\", \"p\": %d, \"L\": %d, \"time\": \"%s\", ",
             bench_coll_names[o->coll], bench_type_names[o->type], bench_op_names[o->op], r->bytes,
-            r->codec ? r->codec : "none", r->algo ? r->algo : "auto", o->nranks,
-            x->ranks_per_node ? x->ranks_per_node : o->nranks, x->link_model ? "simulated" : "wall");
-    json_number(f, "link_gbps", x->link_model ? x->link_gbps : -1, 0);
+            r->codec ? r->codec : "none", r->algo ? r->algo : "auto", o->nranks, x->nodes_L,
+            x->link_model && !r->mpi ? "simulated" : "wall");
+    if (x->mpi) fprintf(f, "\"transport\": \"mpi\", ");
+    json_number(f, "link_gbps", x->link_model ? x->link_gbps : x->net_gbps > 0 ? x->net_gbps : -1, 0);
     json_number(f, "link_us", x->link_model ? x->link_us : -1, 0);
     json_number(f, "time_us", r->time_us, 0);
     json_number(f, "busbw", r->busbw, 0);
@@ -361,112 +298,165 @@ static int write_json(const shared_state* sh) {
     json_number(f, "net_bytes", r->net_bytes, 0);
     json_number(f, "ratio", r->ratio, 0);
     json_number(f, "rel_err", r->rel_err, 0);
-    json_number(f, "speedup", r->speedup, 1);
-    fprintf(f, "}%s\n", i + 1 < sh->nrecs ? "," : "");
+    json_number(f, "speedup", r->speedup, !x->mpi);
+    if (x->mpi) json_number(f, "speedup_mpi", r->speedup_mpi, 0);
+    if (x->mpi) json_number(f, "cpu_all_us", r->cpu_all_us, 1);
+    fprintf(f, "}%s\n", i + 1 < run->nrecs ? "," : "");
   }
   fprintf(f, "]\n");
   return fclose(f) == 0 ? 0 : -1;
 }
 
-/* ---- the ranks ------------------------------------------------------------------------ */
+void bench_print_banner(const bench_run* run, const char* ranks_what) {
+  const bench_opts* o = &run->o;
+  const ext_opts* x = &run->x;
+  int version = 0;
+  gcclGetVersion(&version);
+  const char* algo = getenv("GCCL_ALGO");
+  printf("# gccl %d.%d.%d, GCCL_ALGO=%s\n", version / 10000, version / 100 % 100, version % 100,
+         o->algo ? o->algo
+         : algo  ? algo
+                 : "(tuner)");
+  if (x->link_model)
+    printf("# link model: %d ranks per node, %g Gbit/s, %g us, pacing %s; times are simulated (gcclCommSimTime)\n",
+           x->ranks_per_node ? x->ranks_per_node : o->nranks, x->link_gbps, x->link_us, x->pace ? "on" : "off");
+  bench_print_params(o, "gccl-bench", ranks_what);
+  print_header(run);
+  fflush(stdout);
+}
+
+int bench_finish(bench_run* run) {
+  bench_print_footer(run->wrong_total, run->busbw_sum, run->results);
+  int status = run->wrong_total ? 1 : 0;
+  if (run->x.json_path && write_json(run) != 0) status = 1;
+  return status;
+}
+
+/* ---- the per-rank driver -------------------------------------------------------------- */
 
 /* Allocates and touches one size's buffers (never inside a timed loop). */
 static void alloc_buffers(rank_ctx* c) {
-  const bench_opts* o = &c->sh->o;
+  const bench_opts* o = &c->run->o;
   size_t send_n = bench_send_elems(o, c->count), recv_n = bench_recv_elems(o, c->count);
   c->send = bench_alloc(send_n * c->es);
   c->recv = bench_alloc(recv_n * c->es);
   memset(c->recv, 0, recv_n * c->es);
 }
 
-/* Times one variant at one size; rank 0 prints its row. *best_dense: the fastest
- * dense time of this size so far (0: none yet); dense variants run first, so a
- * codec's speed-up is against the fastest of them all. */
-static void run_variant(rank_ctx* c, const variant* v, double* best_dense) {
-  shared_state* sh = c->sh;
-  const bench_opts* o = &sh->o;
-  size_t n_in;
-  c->comm = sh->comms[v->comm_set][c->rank];
+/* The fastest times of one size so far (0: none yet), rank 0 only. */
+typedef struct {
+  double dense; /* gccl's dense variants */
+  double mpi;   /* the MPI library's collective */
+} size_best;
+
+/* Creates c->comp afresh for the variant (none for a dense one). */
+static void make_compressor(rank_ctx* c) {
+  const bench_opts* o = &c->run->o;
   c->comp = NULL;
-  if (v->codec)
-    check_gccl(c, gcclCompressorCreate(&c->comp, v->codec, bench_send_elems(o, c->count), (gcclDataType_t)o->type),
-               "gcclCompressorCreate");
-  int float_input = bench_is_float(o->type);
-  if (float_input)
+  if (c->v->codec)
+    bench_check_gccl(
+        c, gcclCompressorCreate(&c->comp, c->v->codec, bench_send_elems(o, c->count), (gcclDataType_t)o->type),
+        "gcclCompressorCreate");
+}
+
+/* Rank 0: prints one row and records it. */
+static void report_row(rank_ctx* c, const timing t[2], const size_t wrong[2], double rel_err, size_best* best) {
+  bench_run* run = c->run;
+  const bench_opts* o = &run->o;
+  const variant* v = c->v;
+  int modes = v->codec ? 1 : 1 + o->inplace;
+  double sec = t[0].sec;
+  if (!v->codec && !v->mpi && (best->dense == 0 || sec < best->dense)) best->dense = sec;
+  if (v->mpi) best->mpi = sec;
+  double dense_bytes = (double)bench_bytes(o, c->count) * bench_busbw_factor(o);
+  double ratio = t[0].wire > 0 ? dense_bytes / t[0].wire : -1;
+  double speedup = best->dense > 0 && sec > 0 ? best->dense / sec : -1;
+  double speedup_mpi = best->mpi > 0 && sec > 0 ? best->mpi / sec : -1;
+  bench_opts lossy = *o;
+  lossy.check = 0; /* a codec's result is not exact: its error is rel_err */
+  bench_print_row_start(o, c->count);
+  double busbw = 0;
+  for (int ip = 0; ip <= o->inplace; ip++) {
+    if (ip >= modes) {
+      printf("  %7s  %6s  %6s  %6s", "-", "-", "-", "-");
+      continue;
+    }
+    double b = bench_print_result(v->codec ? &lossy : o, c->count, t[ip].sec, wrong[ip]);
+    if (ip == 0) busbw = b;
+    run->busbw_sum += b;
+    run->wrong_total += wrong[ip];
+    run->results++;
+  }
+  printf("   %-24s %-12s", v->codec ? v->codec : "none", v->algo ? v->algo : "auto");
+  print_optional(" %12.0f", 13, t[0].wire);
+  print_optional(" %12.0f", 13, t[0].net);
+  print_optional(" %7.2f", 8, ratio);
+  print_optional(" %9.2e", 10, rel_err);
+  print_optional(" %8.2f", 9, speedup);
+  if (run->x.mpi) {
+    print_optional(" %8.2f", 9, speedup_mpi);
+    print_optional(" %10.1f", 11, t[0].cpu_all * 1e3);
+  }
+  printf("\n");
+  fflush(stdout);
+  add_record(run, (record){.bytes = bench_bytes(o, c->count),
+                           .codec = v->codec,
+                           .algo = v->algo,
+                           .time_us = sec * 1e6,
+                           .busbw = busbw,
+                           .wire_bytes = t[0].wire,
+                           .net_bytes = t[0].net,
+                           .cpu_all_us = t[0].cpu_all * 1e6,
+                           .ratio = ratio,
+                           .rel_err = rel_err,
+                           .speedup = speedup,
+                           .speedup_mpi = speedup_mpi,
+                           .mpi = v->mpi});
+}
+
+/* Times one variant at one size; rank 0 prints its row. Dense variants run before
+ * codecs (and the MPI baseline before them all), so every row has its baselines. */
+static void run_variant(rank_ctx* c, const variant* v, size_best* best) {
+  const bench_opts* o = &c->run->o;
+  size_t n_in;
+  c->v = v;
+  c->comm = v->mpi ? NULL : c->comms[v->comm_set];
+  make_compressor(c);
+  if (bench_is_float(o->type))
     fill_gauss(o, c->rank, input_of(c, 0, &n_in), bench_send_elems(o, c->count));
   else
-    bench_fill_input(&sh->tb, o, c->rank, c->send, bench_send_elems(o, c->count));
+    bench_fill_input(&c->run->tb, o, c->rank, c->send, bench_send_elems(o, c->count));
   /* In place, each call's result is the next one's input: sums grow without bound,
    * which would send codecs down their non-finite paths; only dense calls run it. */
   int modes = v->codec ? 1 : 1 + o->inplace;
-  double sec[2] = {0, 0}, wire[2][2] = {{-1, -1}, {-1, -1}};
+  timing t[2] = {{0, -1, -1, -1}, {0, -1, -1, -1}};
   size_t wrong[2] = {0, 0};
-  for (int ip = 0; ip < modes; ip++) sec[ip] = time_mode(c, ip, wire[ip]);
+  for (int ip = 0; ip < modes; ip++) t[ip] = time_mode(c, ip);
   for (int ip = 0; ip < modes && o->check && !v->codec; ip++) wrong[ip] = check_mode(c, ip);
   if (c->comp) { /* the error of one call, not of the residual the timed calls left */
     gcclCompressorDestroy(c->comp);
-    check_gccl(c, gcclCompressorCreate(&c->comp, v->codec, bench_send_elems(o, c->count), (gcclDataType_t)o->type),
-               "gcclCompressorCreate");
+    make_compressor(c);
   }
   double rel_err = has_rel_err(o) ? rel_err_mode(c) : -1;
   if (c->comp) gcclCompressorDestroy(c->comp);
   c->comp = NULL;
-  if (c->rank == 0) {
-    if (!v->codec && (*best_dense == 0 || sec[0] < *best_dense)) *best_dense = sec[0];
-    double dense_bytes = (double)bench_bytes(o, c->count) * bench_busbw_factor(o);
-    double ratio = wire[0][0] > 0 ? dense_bytes / wire[0][0] : -1;
-    double speedup = *best_dense > 0 && sec[0] > 0 ? *best_dense / sec[0] : -1;
-    bench_opts lossy = *o;
-    lossy.check = 0; /* a codec's result is not exact: its error is rel_err */
-    bench_print_row_start(o, c->count);
-    double busbw = 0;
-    for (int ip = 0; ip <= o->inplace; ip++) {
-      if (ip >= modes) {
-        printf("  %7s  %6s  %6s  %6s", "-", "-", "-", "-");
-        continue;
-      }
-      double b = bench_print_result(v->codec ? &lossy : o, c->count, sec[ip], wrong[ip]);
-      if (ip == 0) busbw = b;
-      sh->busbw_sum += b;
-      sh->wrong_total += wrong[ip];
-      sh->results++;
-    }
-    printf("   %-24s %-12s", v->codec ? v->codec : "none", v->algo ? v->algo : "auto");
-    print_optional(" %12.0f", 13, wire[0][0]);
-    print_optional(" %12.0f", 13, wire[0][1]);
-    print_optional(" %7.2f", 8, ratio);
-    print_optional(" %9.2e", 10, rel_err);
-    print_optional(" %8.2f", 9, speedup);
-    printf("\n");
-    fflush(stdout);
-    add_record(sh, (record){.bytes = bench_bytes(o, c->count),
-                            .codec = v->codec,
-                            .algo = v->algo,
-                            .time_us = sec[0] * 1e6,
-                            .busbw = busbw,
-                            .wire_bytes = wire[0][0],
-                            .net_bytes = wire[0][1],
-                            .ratio = ratio,
-                            .rel_err = rel_err,
-                            .speedup = speedup});
-  }
-  barrier(sh); /* rank 0's best_dense is read by nobody else; its row is printed */
+  if (c->rank == 0) report_row(c, t, wrong, rel_err, best);
+  c->tp->barrier(c); /* rank 0's row is printed before anyone goes on */
 }
 
-static void* rank_main(void* arg) {
-  rank_ctx c = *(rank_ctx*)arg;
-  shared_state* sh = c.sh;
-  const bench_opts* o = &sh->o;
+void bench_rank_main(rank_ctx* c) {
+  const bench_run* run = c->run;
+  const bench_opts* o = &run->o;
+  c->es = bench_type_bytes[o->type];
   for (size_t bytes = o->min_bytes; bytes; bytes = bench_next_size(o, bytes)) {
-    c.count = bench_count(o, bytes);
-    alloc_buffers(&c);
-    double best_dense = 0;
-    for (int k = 0; k < sh->x.nv; k++) run_variant(&c, &sh->x.v[k], &best_dense);
-    barrier(sh); /* every rank's last call is over before anyone frees */
-    free(c.send);
-    free(c.recv);
+    c->count = bench_count(o, bytes);
+    alloc_buffers(c);
+    size_best best = {0, 0};
+    for (int k = 0; k < run->x.nv; k++) run_variant(c, &run->x.v[k], &best);
+    c->tp->barrier(c); /* every rank's last call is over before anyone frees */
+    free(c->send);
+    free(c->recv);
   }
-  return NULL;
 }
 
 /* ---- command line ------------------------------------------------------------------------ */
@@ -484,7 +474,19 @@ static void ext_usage(void) {
           "  --link-us U          link model: inter-node latency, microseconds (GCCL_SIM_LINK_US)\n"
           "  --pace               let ranks sleep until the wall clock follows the model (slower runs;\n"
           "                       times are simulated either way)\n"
-          "  -J FILE              write every result as JSON (a list of records)\n");
+          "  -J FILE              write every result as JSON (a list of records)\n"
+          "  --mpi                one rank per MPI process (run under mpirun; no -r), gccl over\n"
+          "                       gcclCommInitMpi, and a row per size for the MPI library's own collective%s\n"
+          "  --net-if IF          with --mpi: the net column counts what network interface IF transmitted\n"
+          "                       (from /proc/net/dev, headers included; one rank per network namespace)\n"
+          "  --net-gbps G         with --mpi: the real network's rate per rank, recorded as link_gbps in -J's\n"
+          "                       JSON (for bench/plot.py; nothing is simulated)\n",
+#ifdef GCCL_BENCH_MPI
+          ""
+#else
+          " (not in this build: no MPI)"
+#endif
+  );
 }
 
 static int parse_double(const char* s, double* out) {
@@ -496,24 +498,25 @@ static int parse_double(const char* s, double* out) {
   return 0;
 }
 
-static int add_variant(ext_opts* x, const char* codec, const char* algo) {
+static int add_variant(ext_opts* x, variant v) {
   if (x->nv == MAX_VARIANTS) {
     fprintf(stderr, "gccl-bench: more than %d variants\n", MAX_VARIANTS);
     return -1;
   }
-  x->v[x->nv++] = (variant){.codec = codec, .algo = algo};
+  x->v[x->nv++] = v;
   return 0;
 }
 
 /* Takes the extended options out of argv (the rest is left, in order, in *kept for
- * bench_parse_args). Codec specs are split at spaces into `codecs`. Returns 0 or -1. */
-static int parse_ext(int argc, char** argv, ext_opts* x, char** kept, int* nkept, char** codecs, int* ncodecs) {
+ * bench_parse_args). Codec specs are split at spaces into x->codecs. Returns 0 or -1. */
+static int parse_ext(int argc, char** argv, ext_opts* x, char** kept, int* nkept, int quiet) {
   *nkept = 0;
-  *ncodecs = 0;
+  x->ncodecs = 0;
   for (int i = 0; i < argc; i++) {
     const char* a = argv[i];
     int takes_value = !strcmp(a, "--codec") || !strcmp(a, "--algo") || !strcmp(a, "--ranks-per-node") ||
-                      !strcmp(a, "--link-gbps") || !strcmp(a, "--link-us") || !strcmp(a, "-J");
+                      !strcmp(a, "--link-gbps") || !strcmp(a, "--link-us") || !strcmp(a, "-J") ||
+                      !strcmp(a, "--net-if") || !strcmp(a, "--net-gbps");
     if (i > 0 && (!strcmp(a, "--help") || !strcmp(a, "-h"))) return -1;
     if (i > 0 && !strcmp(a, "--dense-best")) {
       x->dense_best = 1;
@@ -523,23 +526,27 @@ static int parse_ext(int argc, char** argv, ext_opts* x, char** kept, int* nkept
       x->pace = 1;
       continue;
     }
+    if (i > 0 && !strcmp(a, "--mpi")) {
+      x->mpi = 1;
+      continue;
+    }
     if (i == 0 || !takes_value) {
       kept[(*nkept)++] = argv[i];
       continue;
     }
     if (i + 1 >= argc) {
-      fprintf(stderr, "gccl-bench: %s needs a value\n", a);
+      if (!quiet) fprintf(stderr, "gccl-bench: %s needs a value\n", a);
       return -1;
     }
     char* v = argv[++i];
     int bad = 0;
     if (!strcmp(a, "--codec")) {
       for (char* tok = strtok(v, " \t"); tok; tok = strtok(NULL, " \t")) {
-        if (*ncodecs == MAX_VARIANTS) {
+        if (x->ncodecs == MAX_VARIANTS) {
           bad = 1;
           break;
         }
-        codecs[(*ncodecs)++] = tok;
+        x->codecs[x->ncodecs++] = tok;
       }
     } else if (!strcmp(a, "--algo")) {
       kept[(*nkept)++] = "-a";
@@ -552,47 +559,92 @@ static int parse_ext(int argc, char** argv, ext_opts* x, char** kept, int* nkept
     } else if (!strcmp(a, "--link-us")) {
       bad = parse_double(v, &x->link_us);
       x->link_model = 1;
+    } else if (!strcmp(a, "--net-if")) {
+      x->net_if = v;
+    } else if (!strcmp(a, "--net-gbps")) {
+      bad = parse_double(v, &x->net_gbps) || x->net_gbps <= 0;
     } else {
       x->json_path = v;
     }
     if (bad) {
-      fprintf(stderr, "gccl-bench: bad value for %s: %s\n", a, v);
+      if (!quiet) fprintf(stderr, "gccl-bench: bad value for %s: %s\n", a, v);
       return -1;
     }
   }
   return 0;
 }
 
-/* The variants in run order: dense ones first, so that every codec's row has its
- * baseline. */
-static int plan_variants(shared_state* sh, char** codecs, int ncodecs) {
-  ext_opts* x = &sh->x;
-  const bench_opts* o = &sh->o;
-  int L = x->ranks_per_node;
+int bench_parse(int argc, char** argv, bench_run* run, int quiet) {
+  char** kept = calloc((size_t)argc + 2, sizeof *kept);
+  int nkept = 0, status = -1;
+  if (!kept) return -1;
+  if (parse_ext(argc, argv, &run->x, kept, &nkept, quiet) != 0) {
+    if (!quiet) {
+      bench_usage(argv[0], 1);
+      ext_usage();
+    }
+    goto out;
+  }
+  /* MPI mode: the ranks are mpirun's; -r would only mislead. */
+  for (int i = 1; i < nkept && run->x.mpi; i++)
+    if (!strcmp(kept[i], "-r")) {
+      if (!quiet) fprintf(stderr, "gccl-bench: --mpi: the ranks are the MPI processes; -r is not allowed\n");
+      goto out;
+    }
+  /* gccl applies the link model to thread ranks only; over MPI the network is real. */
+  if (run->x.mpi && (run->x.link_model || run->x.pace)) {
+    if (!quiet)
+      fprintf(stderr,
+              "gccl-bench: --mpi: the link model (--link-gbps, --link-us, --pace) is for thread ranks; shape a real "
+              "network instead (bench/netns-testbed.sh)\n");
+    goto out;
+  }
+  if ((run->x.net_if || run->x.net_gbps > 0) && !run->x.mpi) {
+    if (!quiet) fprintf(stderr, "gccl-bench: --net-if and --net-gbps need --mpi\n");
+    goto out;
+  }
+  if (bench_parse_args(nkept, kept, 1, quiet, &run->o) != 0) {
+    if (!quiet) ext_usage();
+    goto out;
+  }
+  status = 0;
+out:
+  free(kept);
+  return status;
+}
+
+int bench_plan(bench_run* run, int mpi_baseline, int quiet) {
+  ext_opts* x = &run->x;
+  const bench_opts* o = &run->o;
+  int L = x->ranks_per_node ? x->ranks_per_node : x->nodes_L;
+  if (mpi_baseline && add_variant(x, (variant){.algo = "mpi", .mpi = 1})) return -1;
   if (x->dense_best) {
     static const char* const dense_algos[] = {"ring", "rhd", "tree", "hier"};
     int n = L > 1 && L < o->nranks ? 4 : 3;
     for (int k = 0; k < n; k++)
-      if (add_variant(x, NULL, dense_algos[k])) return -1;
+      if (add_variant(x, (variant){.algo = dense_algos[k]})) return -1;
   }
   for (int pass = 0; pass < 2; pass++)
-    for (int k = 0; k < ncodecs; k++) {
-      int dense = !strcmp(codecs[k], "none");
-      if (dense == (pass == 0) && add_variant(x, dense ? NULL : codecs[k], o->algo)) return -1;
+    for (int k = 0; k < x->ncodecs; k++) {
+      int dense = !strcmp(x->codecs[k], "none");
+      if (dense == (pass == 0) && add_variant(x, (variant){.codec = dense ? NULL : x->codecs[k], .algo = o->algo}))
+        return -1;
     }
-  if (x->nv == 0 && add_variant(x, NULL, o->algo)) return -1;
+  if (x->nv == mpi_baseline && add_variant(x, (variant){.algo = o->algo})) return -1;
   for (int k = 0; k < x->nv; k++) {
     variant* v = &x->v[k];
+    if (v->mpi) continue;
     if (v->codec && (!bench_is_float(o->type) || o->coll == COLL_BROADCAST || o->coll == COLL_REDUCE)) {
-      fprintf(stderr, "gccl-bench: --codec %s: codecs need a float type and allreduce, allgather or reducescatter\n",
-              v->codec);
+      if (!quiet)
+        fprintf(stderr, "gccl-bench: --codec %s: codecs need a float type and allreduce, allgather or reducescatter\n",
+                v->codec);
       return -1;
     }
     int s = 0;
     while (s < x->nalgos && !(x->algos[s] == v->algo || (x->algos[s] && v->algo && !strcmp(x->algos[s], v->algo)))) s++;
     if (s == x->nalgos) {
       if (x->nalgos == MAX_ALGOS) {
-        fprintf(stderr, "gccl-bench: more than %d GCCL_ALGO settings\n", MAX_ALGOS);
+        if (!quiet) fprintf(stderr, "gccl-bench: more than %d GCCL_ALGO settings\n", MAX_ALGOS);
         return -1;
       }
       x->algos[x->nalgos++] = v->algo;
@@ -602,123 +654,151 @@ static int plan_variants(shared_state* sh, char** codecs, int ncodecs) {
   return 0;
 }
 
-static int set_env(const char* name, const char* value) {
+int bench_set_env(const char* name, const char* value) {
   int r = value ? setenv(name, value, 1) : unsetenv(name);
   if (r != 0) perror(name);
   return r;
 }
 
-/* Makes every communicator set, each with its GCCL_ALGO, under the link model's
- * environment (read when a communicator is created). */
-static int make_comms(shared_state* sh) {
-  const ext_opts* x = &sh->x;
+int bench_link_env(const ext_opts* x) {
   char buf[64];
   if (x->ranks_per_node) {
     snprintf(buf, sizeof buf, "%d", x->ranks_per_node);
-    if (set_env("GCCL_RANKS_PER_NODE", buf)) return -1;
+    if (bench_set_env("GCCL_RANKS_PER_NODE", buf)) return -1;
   }
   if (x->link_model) {
     snprintf(buf, sizeof buf, "%.17g", x->link_gbps);
-    if (set_env("GCCL_SIM_LINK_GBPS", x->link_gbps > 0 ? buf : NULL)) return -1;
+    if (bench_set_env("GCCL_SIM_LINK_GBPS", x->link_gbps > 0 ? buf : NULL)) return -1;
     snprintf(buf, sizeof buf, "%.17g", x->link_us);
-    if (set_env("GCCL_SIM_LINK_US", buf) || set_env("GCCL_SIM_LINK_PACE", x->pace ? "1" : "0")) return -1;
-  } else if (set_env("GCCL_SIM_LINK_GBPS", NULL) || set_env("GCCL_SIM_LINK_US", NULL)) {
+    if (bench_set_env("GCCL_SIM_LINK_US", buf) || bench_set_env("GCCL_SIM_LINK_PACE", x->pace ? "1" : "0")) return -1;
+  } else if (bench_set_env("GCCL_SIM_LINK_GBPS", NULL) || bench_set_env("GCCL_SIM_LINK_US", NULL)) {
     return -1;
   }
+  return 0;
+}
+
+/* ---- thread mode: every rank a thread of this process ----------------------------------- */
+
+#define MAX_VALUES 8 /* doubles per bench_transport allreduce */
+
+typedef struct {
+  pthread_barrier_t barrier;
+  int nranks;
+  double* slots; /* [MAX_VALUES][nranks] */
+} thread_state;
+
+static void thread_barrier(const rank_ctx* c) {
+  pthread_barrier_wait(&((thread_state*)c->tp_state)->barrier);
+}
+
+/* Each rank posts its values, then every rank reduces all of them in rank order
+ * (the same sums on every rank); the second barrier keeps the slots until all
+ * have read them. */
+static void thread_allreduce(const rank_ctx* c, double* v, int n, int max) {
+  thread_state* ts = c->tp_state;
+  size_t p = (size_t)ts->nranks;
+  for (int k = 0; k < n; k++) ts->slots[(size_t)k * p + (size_t)c->rank] = v[k];
+  thread_barrier(c);
+  for (int k = 0; k < n; k++) {
+    const double* s = ts->slots + (size_t)k * p;
+    double acc = max ? s[0] : 0;
+    for (size_t r = 0; r < p; r++) acc = max ? (s[r] > acc ? s[r] : acc) : acc + s[r];
+    v[k] = acc;
+  }
+  thread_barrier(c);
+}
+
+/* The link model counts what every rank sent; without it nothing is counted. */
+static unsigned thread_bytes_sent(const rank_ctx* c, uint64_t out[2]) {
+  if (!c->run->x.link_model) return 0;
+  bench_check_gccl(c, gcclCommSimBytesSent(c->comm, &out[0]), "gcclCommSimBytesSent");
+  bench_check_gccl(c, gcclCommSimInterNodeBytesSent(c->comm, &out[1]), "gcclCommSimInterNodeBytesSent");
+  return 3;
+}
+
+static const bench_transport thread_transport = {
+    .barrier = thread_barrier, .allreduce = thread_allreduce, .now = bench_now, .bytes_sent = thread_bytes_sent};
+
+static void* thread_main(void* arg) {
+  bench_rank_main(arg);
+  return NULL;
+}
+
+/* Makes every communicator set, each with its GCCL_ALGO, under the link model's
+ * environment (read when a communicator is created): comms[set][rank]. */
+static int make_comms(const bench_run* run, gcclComm_t* comms[MAX_ALGOS]) {
+  const ext_opts* x = &run->x;
+  if (bench_link_env(x)) return -1;
   const char* user_algo = getenv("GCCL_ALGO");
   char* saved = user_algo ? strdup(user_algo) : NULL;
   for (int s = 0; s < x->nalgos; s++) {
-    sh->comms[s] = calloc((size_t)sh->o.nranks, sizeof(gcclComm_t));
-    if (!sh->comms[s] || set_env("GCCL_ALGO", x->algos[s] ? x->algos[s] : saved)) return -1;
+    comms[s] = calloc((size_t)run->o.nranks, sizeof(gcclComm_t));
+    if (!comms[s] || bench_set_env("GCCL_ALGO", x->algos[s] ? x->algos[s] : saved)) return -1;
     rank_ctx none = {.rank = -1};
-    check_gccl(&none, gcclCommInitAll(sh->comms[s], sh->o.nranks), "gcclCommInitAll");
+    bench_check_gccl(&none, gcclCommInitAll(comms[s], run->o.nranks), "gcclCommInitAll");
   }
-  set_env("GCCL_ALGO", saved);
+  bench_set_env("GCCL_ALGO", saved);
   free(saved);
   return 0;
 }
 
-int main(int argc, char** argv) {
-  static shared_state sh;
-  char** kept = calloc((size_t)argc + 2, sizeof *kept);
-  char* codecs[MAX_VARIANTS];
-  int nkept = 0, ncodecs = 0;
-  if (!kept) return 1;
-  if (parse_ext(argc, argv, &sh.x, kept, &nkept, codecs, &ncodecs) != 0) {
-    bench_usage(argv[0], 1);
-    ext_usage();
-    return 2;
-  }
-  if (bench_parse_args(nkept, kept, 1, 0, &sh.o) != 0) {
-    ext_usage();
-    return 2;
-  }
-  const bench_opts* o = &sh.o;
+static int thread_mode_main(bench_run* run) {
+  const bench_opts* o = &run->o;
+  gcclComm_t* comms[MAX_ALGOS] = {0};
+  run->x.nodes_L = run->x.ranks_per_node ? run->x.ranks_per_node : o->nranks;
   if (o->root >= o->nranks) {
     fprintf(stderr, "gccl-bench: -R %d: root out of range for %d ranks\n", o->root, o->nranks);
     return 2;
   }
-  if (plan_variants(&sh, codecs, ncodecs) != 0 || make_comms(&sh) != 0) return 2;
-  int version = 0;
-  gcclGetVersion(&version);
-  const char* algo = getenv("GCCL_ALGO");
-  printf("# gccl %d.%d.%d, GCCL_ALGO=%s\n", version / 10000, version / 100 % 100, version % 100,
-         o->algo ? o->algo
-         : algo  ? algo
-                 : "(tuner)");
-  if (sh.x.link_model)
-    printf("# link model: %d ranks per node, %g Gbit/s, %g us, pacing %s; times are simulated (gcclCommSimTime)\n",
-           sh.x.ranks_per_node ? sh.x.ranks_per_node : o->nranks, sh.x.link_gbps, sh.x.link_us,
-           sh.x.pace ? "on" : "off");
-  bench_print_params(o, "gccl-bench", "threads");
-  print_header(&sh);
-  fflush(stdout);
+  if (bench_plan(run, 0, 0) != 0 || make_comms(run, comms) != 0) return 2;
+  bench_print_banner(run, "threads");
 
   size_t n = (size_t)o->nranks;
+  thread_state ts = {.nranks = o->nranks, .slots = calloc(MAX_VALUES * n, sizeof(double))};
   rank_ctx* ctx = calloc(n, sizeof *ctx);
   pthread_t* threads = calloc(n, sizeof *threads);
-  sh.times = calloc(MAX_REPS * n, sizeof *sh.times);
-  sh.before = calloc(MAX_REPS * n, sizeof *sh.before);
-  sh.wire = calloc(n, sizeof *sh.wire);
-  sh.net = calloc(n, sizeof *sh.net);
-  sh.wrong = calloc(n, sizeof *sh.wrong);
-  sh.err2 = calloc(n, sizeof *sh.err2);
-  sh.ref2 = calloc(n, sizeof *sh.ref2);
-  if (!ctx || !threads || !sh.times || !sh.before || !sh.wire || !sh.net || !sh.wrong || !sh.err2 || !sh.ref2) {
+  if (!ctx || !threads || !ts.slots) {
     fprintf(stderr, "gccl-bench: out of memory\n");
     return 1;
   }
-  bench_tables_init(&sh.tb, o);
-  pthread_barrier_init(&sh.barrier, NULL, (unsigned)o->nranks);
+  bench_tables_init(&run->tb, o);
+  pthread_barrier_init(&ts.barrier, NULL, (unsigned)o->nranks);
   for (int r = 0; r < o->nranks; r++) {
-    ctx[r] = (rank_ctx){.sh = &sh, .rank = r, .es = bench_type_bytes[o->type]};
-    if (pthread_create(&threads[r], NULL, rank_main, &ctx[r]) != 0) {
+    ctx[r] = (rank_ctx){.run = run, .tp = &thread_transport, .tp_state = &ts, .rank = r};
+    for (int s = 0; s < run->x.nalgos; s++) ctx[r].comms[s] = comms[s][r];
+    if (pthread_create(&threads[r], NULL, thread_main, &ctx[r]) != 0) {
       fprintf(stderr, "gccl-bench: cannot start the thread of rank %d\n", r);
       return 1;
     }
   }
   for (int r = 0; r < o->nranks; r++) pthread_join(threads[r], NULL);
-  bench_print_footer(sh.wrong_total, sh.busbw_sum, sh.results);
-  int status = sh.wrong_total ? 1 : 0;
-  if (sh.x.json_path && write_json(&sh) != 0) status = 1;
+  int status = bench_finish(run);
 
-  for (int s = 0; s < sh.x.nalgos; s++) {
+  for (int s = 0; s < run->x.nalgos; s++) {
     for (int r = 0; r < o->nranks; r++)
-      check_gccl(&(rank_ctx){.rank = r}, gcclCommDestroy(sh.comms[s][r]), "gcclCommDestroy");
-    free(sh.comms[s]);
+      bench_check_gccl(&(rank_ctx){.rank = r}, gcclCommDestroy(comms[s][r]), "gcclCommDestroy");
+    free(comms[s]);
   }
-  pthread_barrier_destroy(&sh.barrier);
-  bench_tables_free(&sh.tb);
-  free(sh.times);
-  free(sh.before);
-  free(sh.wire);
-  free(sh.net);
-  free(sh.wrong);
-  free(sh.err2);
-  free(sh.ref2);
-  free(sh.recs);
+  pthread_barrier_destroy(&ts.barrier);
+  bench_tables_free(&run->tb);
+  free(ts.slots);
+  free(run->recs);
   free(ctx);
   free(threads);
-  free(kept);
   return status;
+}
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--mpi")) {
+#ifdef GCCL_BENCH_MPI
+      return bench_mpi_main(argc, argv);
+#else
+      fprintf(stderr, "gccl-bench: --mpi: this build has no MPI (configure with GCCL_WITH_MPI=ON)\n");
+      return 2;
+#endif
+    }
+  static bench_run run;
+  if (bench_parse(argc, argv, &run, 0) != 0) return 2;
+  return thread_mode_main(&run);
 }

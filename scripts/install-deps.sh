@@ -5,8 +5,11 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config)
 if [[ "${1:-}" != "--bench-only" ]]; then
   # clang and its runtime (libFuzzer, sanitizers) build the fuzz targets;
-  # matplotlib draws bench/plot.py's PNGs (tested).
-  pkgs+=(libgtest-dev openmpi-bin libopenmpi-dev libzstd-dev clang libclang-rt-14-dev python3 python3-matplotlib)
+  # matplotlib draws bench/plot.py's PNGs (tested); mpi4py and numpy run the
+  # interposer's Python test; valgrind checks one MPI test; iproute2 (ip, tc)
+  # builds the slow-network test bed.
+  pkgs+=(libgtest-dev openmpi-bin libopenmpi-dev libzstd-dev clang libclang-rt-14-dev python3 python3-matplotlib
+    python3-numpy python3-mpi4py valgrind iproute2)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

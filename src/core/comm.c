@@ -64,7 +64,7 @@ static int unique_id_valid(const gcclUniqueId* id) {
 
 /* ---- creation ------------------------------------------------------------------ */
 
-gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks) {
+gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks, int node_size) {
   *out = NULL;
   gcclComm_t c = calloc(1, sizeof *c);
   if (!c) return err_set(gcclSystemError, "out of memory allocating a communicator");
@@ -85,8 +85,8 @@ gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks) {
   c->ctx.nranks = nranks;
   c->ctx.scratch_bytes = COLL_SCRATCH_BYTES;
   int64_t per_node = env_int("GCCL_RANKS_PER_NODE", 0);
-  c->ctx.local_size = (per_node > 0 && per_node < nranks) ? (int)per_node : nranks;
-  if (per_node < 0) GCCL_WARN("ignoring GCCL_RANKS_PER_NODE=%lld: must be positive", (long long)per_node);
+  c->ctx.local_size = (node_size > 0 && node_size < nranks) ? node_size : nranks;
+  if (per_node > 0) c->ctx.local_size = per_node < nranks ? (int)per_node : nranks;
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->idle, NULL);
 
@@ -130,7 +130,7 @@ gcclResult_t gcclCommInitRank(gcclComm_t* comm, int nranks, gcclUniqueId id, int
   if (!unique_id_valid(&id))
     return err_set(gcclInvalidArgument, "gcclCommInitRank: the id was not made by gcclGetUniqueId");
   gcclComm_t c;
-  GCCL_CHECK(comm_alloc(&c, rank, nranks));
+  GCCL_CHECK(comm_alloc(&c, rank, nranks, nranks));
   log_set_rank(rank);
   gcclResult_t res = rendezvous_join(&id, nranks, rank, c->timeout_ms, &c->tp);
   struct sim_config sim;
@@ -160,7 +160,7 @@ gcclResult_t gcclCommInitAll(gcclComm_t* comms, int nranks) {
   int made = 0;
   for (; made < nranks; made++) {
     gcclComm_t c;
-    GCCL_CHECK_GOTO(comm_alloc(&c, made, nranks), res, fail);
+    GCCL_CHECK_GOTO(comm_alloc(&c, made, nranks, nranks), res, fail);
     comms[made] = c;
     GCCL_CHECK_GOTO(local_transport_create(&c->tp, w, made, c->timeout_ms), res, fail_one);
     struct sim_config sim;

@@ -31,8 +31,10 @@ struct gcclComm {
 };
 
 /* Allocates a communicator for `rank` of `nranks` with its scratch, reading the
- * GCCL_* environment. The transport is attached by the caller. */
-gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks);
+ * GCCL_* environment. node_size is the ranks per node the caller detected
+ * (nranks for thread ranks: one node); GCCL_RANKS_PER_NODE overrides it. The
+ * transport is attached by the caller. */
+gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks, int node_size);
 /* Frees what comm_alloc made and the transport, if any. */
 void comm_free(gcclComm_t comm);
 
@@ -63,6 +65,8 @@ gcclResult_t comm_group_stream(gcclComm_t comm, gcclStream_t* out);
 
 /* Groups (group.c): records the call when a group is open and returns 1. */
 int group_record(gcclComm_t comm, const struct coll_args* args, gcclStream_t stream);
+/* Non-zero while the calling thread has a group open. */
+int group_open(void);
 
 /* Rendezvous of thread ranks by unique id (rendezvous.c). */
 gcclResult_t rendezvous_join(const gcclUniqueId* id, int nranks, int rank, int64_t timeout_ms, struct transport** tp);

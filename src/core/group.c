@@ -27,6 +27,10 @@ gcclResult_t gcclGroupStart(void) {
   return gcclSuccess;
 }
 
+int group_open(void) {
+  return depth > 0;
+}
+
 int group_record(gcclComm_t comm, const struct coll_args* args, gcclStream_t stream) {
   if (depth == 0) return 0;
   if (nops == capacity) {

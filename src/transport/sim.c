@@ -553,6 +553,7 @@ gcclResult_t sim_transport_create(struct transport** out, struct transport* inne
   t->base.nranks = inner->nranks;
   /* The direct algorithms read peers' buffers in place: that would bypass the link. */
   t->base.shares_address_space = w->nodes > 1 ? 0 : inner->shares_address_space;
+  t->base.caller_thread_only = inner->caller_thread_only;
   t->inner = inner;
   t->w = w;
   t->vt = &w->vt[inner->rank];

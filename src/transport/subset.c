@@ -137,6 +137,7 @@ gcclResult_t subset_transport_create(struct transport** out, struct transport* p
   g->base.rank = me;
   g->base.nranks = n;
   g->base.shares_address_space = 0;
+  g->base.caller_thread_only = parent->caller_thread_only;
   g->parent = parent;
   *out = &g->base;
   return gcclSuccess;

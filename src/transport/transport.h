@@ -60,6 +60,10 @@ struct transport {
   /* Non-zero when every rank's buffers are addressable from every other rank
    * (threads of one process): enables the "direct" algorithms. */
   int shares_address_space;
+  /* Non-zero when only the threads that call gccl may drive the transport (MPI
+   * initialised below MPI_THREAD_MULTIPLE): streams and groups, which run
+   * collectives on gccl's worker threads, are refused. */
+  int caller_thread_only;
 };
 
 /* Blocking forms over the non-blocking primitives. */

@@ -1,0 +1,315 @@
+/* test_dense_mpi.c — every dense collective over MPI ranks, against exact references.
+ *
+ * Inputs are small integers, so every reduction is exact in every datatype and
+ * results compare bit for bit: allreduce by ring, rhd and tree (GCCL_ALGO) and by
+ * the tuner's choice, allgather, reducescatter, broadcast and reduce from every
+ * root; several datatypes, every op; counts 0, 1, below the rank count, primes,
+ * and counts the rank count does not divide; in place and out of place.
+ * --quick runs a small subset (for valgrind). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpi_check.h"
+
+static int quick;
+
+/* ---- datatypes -------------------------------------------------------------- */
+
+static size_t dt_size(gcclDataType_t dt) {
+  switch (dt) {
+    case gcclInt8:
+    case gcclUint8:
+      return 1;
+    case gcclFloat16:
+    case gcclBfloat16:
+      return 2;
+    case gcclInt32:
+    case gcclUint32:
+    case gcclFloat32:
+      return 4;
+    default:
+      return 8;
+  }
+}
+
+static int dt_unsigned(gcclDataType_t dt) {
+  return dt == gcclUint8 || dt == gcclUint32 || dt == gcclUint64;
+}
+
+/* IEEE half of an integer of magnitude below 2048 (exact). */
+static uint16_t half_of_int(int64_t v) {
+  if (v == 0) return 0;
+  uint16_t sign = v < 0 ? 0x8000 : 0;
+  uint64_t m = (uint64_t)(v < 0 ? -v : v);
+  int e = 63 - __builtin_clzll(m);
+  return (uint16_t)(sign | (uint16_t)((e + 15) << 10) | (uint16_t)((m << (10 - e)) & 0x3ff));
+}
+
+/* Stores v (an integer, or any value for fp32/fp64) at element i. */
+static void put(gcclDataType_t dt, void* buf, size_t i, double v) {
+  switch (dt) {
+    case gcclInt8:
+      ((int8_t*)buf)[i] = (int8_t)v;
+      break;
+    case gcclUint8:
+      ((uint8_t*)buf)[i] = (uint8_t)v;
+      break;
+    case gcclInt32:
+      ((int32_t*)buf)[i] = (int32_t)v;
+      break;
+    case gcclUint32:
+      ((uint32_t*)buf)[i] = (uint32_t)v;
+      break;
+    case gcclInt64:
+      ((int64_t*)buf)[i] = (int64_t)v;
+      break;
+    case gcclUint64:
+      ((uint64_t*)buf)[i] = (uint64_t)v;
+      break;
+    case gcclFloat16:
+      ((uint16_t*)buf)[i] = half_of_int((int64_t)v);
+      break;
+    case gcclBfloat16: {
+      float f = (float)v;
+      uint32_t bits;
+      memcpy(&bits, &f, 4);
+      ((uint16_t*)buf)[i] = (uint16_t)(bits >> 16); /* exact for small integers */
+      break;
+    }
+    case gcclFloat32:
+      ((float*)buf)[i] = (float)v;
+      break;
+    default:
+      ((double*)buf)[i] = v;
+      break;
+  }
+}
+
+/* ---- inputs and references ------------------------------------------------------ */
+
+/* Rank r's input at element i: in [-4, 4] (unsigned: [0, 8]); for gcclProd one of
+ * 1, 2, -1 (unsigned: 1, 2), so that products over 4 ranks stay exact. */
+static int64_t input(gcclRedOp_t op, gcclDataType_t dt, int r, size_t i) {
+  if (op == gcclProd) {
+    int k = (int)((r + i) % 3);
+    if (dt_unsigned(dt)) return k == 1 ? 2 : 1;
+    return k == 0 ? 1 : k == 1 ? 2 : -1;
+  }
+  int64_t v = (int64_t)(((size_t)r * 7 + i * 3) % 9);
+  return dt_unsigned(dt) ? v : v - 4;
+}
+
+/* The reduction over every rank of input(op, dt, r, i), stored at element i. */
+static void put_reduced(gcclRedOp_t op, gcclDataType_t dt, int nranks, void* buf, size_t at, size_t i) {
+  int64_t acc = input(op, dt, 0, i);
+  for (int r = 1; r < nranks; r++) {
+    int64_t v = input(op, dt, r, i);
+    if (op == gcclSum || op == gcclAvg) acc += v;
+    if (op == gcclProd) acc *= v;
+    if (op == gcclMax) acc = v > acc ? v : acc;
+    if (op == gcclMin) acc = v < acc ? v : acc;
+  }
+  if (op != gcclAvg) {
+    put(dt, buf, at, (double)acc);
+  } else if (dt == gcclFloat32) {
+    put(dt, buf, at, (double)((float)acc / (float)nranks));
+  } else if (dt == gcclFloat64) {
+    put(dt, buf, at, (double)acc / nranks);
+  } else {
+    put(dt, buf, at, (double)(acc / nranks)); /* integers: C division, toward zero */
+  }
+}
+
+/* gcclAvg of fp16 and bf16 rounds to the type: skipped rather than re-derived. */
+static int op_applies(gcclRedOp_t op, gcclDataType_t dt) {
+  return !(op == gcclAvg && (dt == gcclFloat16 || dt == gcclBfloat16));
+}
+
+static void fill_input(gcclRedOp_t op, gcclDataType_t dt, int r, void* buf, size_t first, size_t count) {
+  for (size_t i = 0; i < count; i++) put(dt, buf, i, (double)input(op, dt, r, first + i));
+}
+
+static void* alloc_bytes(size_t bytes) {
+  void* p = malloc(bytes ? bytes : 1);
+  if (!p) {
+    fprintf(stderr, "out of memory\n");
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  return p;
+}
+
+/* Fails with the first differing element when got and want differ. */
+static void expect_equal(const void* got, const void* want, gcclDataType_t dt, size_t count, const char* what,
+                         size_t call_count, int in_place, int line) {
+  size_t sz = dt_size(dt);
+  if (!memcmp(got, want, count * sz)) return;
+  size_t i = 0;
+  while (i < count && !memcmp((const char*)got + i * sz, (const char*)want + i * sz, sz)) i++;
+  mc_fail(__FILE__, line, "%s count %zu %s datatype %d: element %zu differs", what, call_count,
+          in_place ? "in place" : "out of place", (int)dt, i);
+}
+
+/* ---- the collectives ------------------------------------------------------------- */
+
+static void check_allreduce(gcclComm_t comm, gcclDataType_t dt, gcclRedOp_t op, size_t count, int in_place) {
+  size_t bytes = count * dt_size(dt);
+  void* send = alloc_bytes(bytes);
+  void* recv = alloc_bytes(bytes);
+  void* want = alloc_bytes(bytes);
+  fill_input(op, dt, mc_rank, send, 0, count);
+  for (size_t i = 0; i < count; i++) put_reduced(op, dt, mc_nranks, want, i, i);
+  if (in_place) memcpy(recv, send, bytes);
+  MC_OK(gcclAllReduce(in_place ? recv : send, recv, count, dt, op, comm, NULL), comm);
+  expect_equal(recv, want, dt, count, "AllReduce", count, in_place, __LINE__);
+  free(send);
+  free(recv);
+  free(want);
+}
+
+static void check_allgather(gcclComm_t comm, gcclDataType_t dt, size_t count, int in_place) {
+  size_t sz = dt_size(dt), p = (size_t)mc_nranks;
+  void* send = alloc_bytes(count * sz);
+  void* recv = alloc_bytes(p * count * sz);
+  void* want = alloc_bytes(p * count * sz);
+  fill_input(gcclSum, dt, mc_rank, send, 0, count);
+  for (int r = 0; r < mc_nranks; r++) fill_input(gcclSum, dt, r, (char*)want + (size_t)r * count * sz, 0, count);
+  void* mine = (char*)recv + (size_t)mc_rank * count * sz;
+  if (in_place) memcpy(mine, send, count * sz);
+  MC_OK(gcclAllGather(in_place ? mine : send, recv, count, dt, comm, NULL), comm);
+  expect_equal(recv, want, dt, p * count, "AllGather", count, in_place, __LINE__);
+  free(send);
+  free(recv);
+  free(want);
+}
+
+static void check_reducescatter(gcclComm_t comm, gcclDataType_t dt, gcclRedOp_t op, size_t count, int in_place) {
+  size_t sz = dt_size(dt), p = (size_t)mc_nranks;
+  void* send = alloc_bytes(p * count * sz);
+  void* recv = alloc_bytes(count * sz);
+  void* want = alloc_bytes(count * sz);
+  fill_input(op, dt, mc_rank, send, 0, p * count);
+  size_t first = (size_t)mc_rank * count;
+  for (size_t i = 0; i < count; i++) put_reduced(op, dt, mc_nranks, want, i, first + i);
+  void* out = in_place ? (char*)send + first * sz : recv;
+  MC_OK(gcclReduceScatter(send, out, count, dt, op, comm, NULL), comm);
+  expect_equal(out, want, dt, count, "ReduceScatter", count, in_place, __LINE__);
+  free(send);
+  free(recv);
+  free(want);
+}
+
+static void check_broadcast(gcclComm_t comm, gcclDataType_t dt, size_t count, int root, int in_place) {
+  size_t bytes = count * dt_size(dt);
+  void* send = alloc_bytes(bytes);
+  void* recv = alloc_bytes(bytes);
+  void* want = alloc_bytes(bytes);
+  fill_input(gcclSum, dt, root, want, 0, count);
+  fill_input(gcclSum, dt, mc_rank, send, 0, count); /* only the root's counts */
+  memset(recv, 0x5a, bytes);
+  if (in_place && mc_rank == root) memcpy(recv, send, bytes);
+  MC_OK(gcclBroadcast(in_place ? recv : send, recv, count, dt, root, comm, NULL), comm);
+  expect_equal(recv, want, dt, count, "Broadcast", count, in_place, __LINE__);
+  free(send);
+  free(recv);
+  free(want);
+}
+
+static void check_reduce(gcclComm_t comm, gcclDataType_t dt, gcclRedOp_t op, size_t count, int root, int in_place) {
+  size_t bytes = count * dt_size(dt);
+  void* send = alloc_bytes(bytes);
+  void* recv = alloc_bytes(bytes);
+  void* want = alloc_bytes(bytes);
+  fill_input(op, dt, mc_rank, send, 0, count);
+  if (in_place) {
+    memcpy(recv, send, bytes);
+    memcpy(want, send, bytes); /* a non-root's buffer keeps its input */
+  } else {
+    memset(recv, 0x5a, bytes);
+    memset(want, 0x5a, bytes); /* a non-root's receive buffer is not written */
+  }
+  if (mc_rank == root)
+    for (size_t i = 0; i < count; i++) put_reduced(op, dt, mc_nranks, want, i, i);
+  MC_OK(gcclReduce(in_place ? recv : send, recv, count, dt, op, root, comm, NULL), comm);
+  expect_equal(recv, want, dt, count, "Reduce", count, in_place, __LINE__);
+  free(send);
+  free(recv);
+  free(want);
+}
+
+/* ---- the plan ---------------------------------------------------------------------- */
+
+static const gcclDataType_t dtypes[] = {gcclInt8,     gcclUint32,  gcclInt64,  gcclFloat16,
+                                        gcclBfloat16, gcclFloat32, gcclFloat64};
+static const gcclRedOp_t ops[] = {gcclSum, gcclProd, gcclMax, gcclMin, gcclAvg};
+#define NDTYPES (sizeof dtypes / sizeof dtypes[0])
+#define NOPS (sizeof ops / sizeof ops[0])
+
+/* 0, 1, below p, primes, not divisible by p. */
+static size_t counts[8];
+static int ncounts;
+
+static void plan_counts(void) {
+  size_t all[] = {0, 1, (size_t)(mc_nranks > 1 ? mc_nranks - 1 : 2), 7, 13, 1001, 4099};
+  size_t few[] = {0, 1, 13};
+  size_t* src = quick ? few : all;
+  ncounts = quick ? 3 : 7;
+  memcpy(counts, src, (size_t)ncounts * sizeof *counts);
+}
+
+/* Allreduce with GCCL_ALGO=algo (NULL: the tuner's choice). */
+static void allreduce_cases(const char* algo) {
+  mc_setenv("GCCL_ALGO", algo);
+  gcclComm_t comm = mc_comm(MPI_COMM_WORLD);
+  mc_setenv("GCCL_ALGO", NULL);
+  if (!comm) return;
+  for (size_t d = 0; d < NDTYPES; d++)
+    for (size_t o = 0; o < NOPS; o++) {
+      if (!op_applies(ops[o], dtypes[d]) || (quick && d % 3)) continue;
+      for (int c = 0; c < ncounts; c++)
+        for (int in_place = 0; in_place < 2; in_place++) check_allreduce(comm, dtypes[d], ops[o], counts[c], in_place);
+    }
+  /* Large enough for every algorithm's pipelined steps and the tuner's large-message path. */
+  if (!quick) {
+    check_allreduce(comm, gcclFloat32, gcclSum, 300007, 0);
+    check_allreduce(comm, gcclInt32, gcclMax, 1 << 20, 1);
+  }
+  MC_OK(gcclCommDestroy(comm), NULL);
+}
+
+static void other_collective_cases(void) {
+  gcclComm_t comm = mc_comm(MPI_COMM_WORLD);
+  if (!comm) return;
+  for (size_t d = 0; d < NDTYPES; d++) {
+    if (quick && d % 3) continue;
+    for (int c = 0; c < ncounts; c++)
+      for (int in_place = 0; in_place < 2; in_place++) {
+        check_allgather(comm, dtypes[d], counts[c], in_place);
+        for (size_t o = 0; o < NOPS; o++)
+          if (op_applies(ops[o], dtypes[d])) check_reducescatter(comm, dtypes[d], ops[o], counts[c], in_place);
+        for (int root = 0; root < mc_nranks; root++) {
+          check_broadcast(comm, dtypes[d], counts[c], root, in_place);
+          check_reduce(comm, dtypes[d], ops[(size_t)root % NOPS], counts[c], root, in_place);
+        }
+      }
+  }
+  if (!quick) {
+    check_allgather(comm, gcclFloat32, 100003, 0);
+    check_reducescatter(comm, gcclFloat32, gcclSum, 100003, 1);
+    check_broadcast(comm, gcclFloat64, 100003, mc_nranks - 1, 0);
+    check_reduce(comm, gcclInt32, gcclSum, 100003, 0, 0);
+  }
+  MC_OK(gcclCommDestroy(comm), NULL);
+}
+
+int main(int argc, char** argv) {
+  mc_init(&argc, &argv);
+  quick = mc_flag("--quick");
+  plan_counts();
+  const char* algos[] = {NULL, "ring", "rhd", "tree"};
+  for (int a = 0; a < 4; a++)
+    if (!quick || a < 2) allreduce_cases(algos[a]);
+  other_collective_cases();
+  return mc_finish("test_dense_mpi");
+}

@@ -1,0 +1,200 @@
+/* test_errors_mpi.c — gcclCommInitMpi's argument checks, sub-communicators,
+ * calls that ranks disagree on, and streams and groups at each MPI thread level.
+ *
+ * Run with --thread=serialized or --thread=funneled to check that streams and
+ * groups are refused below MPI_THREAD_MULTIPLE while plain calls work. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpi_check.h"
+
+#define N 1000
+
+/* ---- creation -------------------------------------------------------------------- */
+
+static void check_init_arguments(void) {
+  gcclComm_t comm = (gcclComm_t)(uintptr_t)1;
+  MC_FAILS(gcclCommInitMpi(NULL, MPI_COMM_WORLD), gcclInvalidArgument, NULL);
+  MC_FAILS(gcclCommInitMpi(&comm, MPI_COMM_NULL), gcclInvalidArgument, NULL);
+  MC_CHECK(comm == NULL, "a failed gcclCommInitMpi left *comm set");
+  if (mc_nranks < 2) return;
+  /* An intercommunicator between the even and the odd ranks. */
+  MPI_Comm half, inter;
+  MPI_Comm_split(MPI_COMM_WORLD, mc_rank % 2, mc_rank, &half);
+  MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, mc_rank % 2 ? 0 : 1, 7, &inter);
+  MC_FAILS(gcclCommInitMpi(&comm, inter), gcclInvalidArgument, NULL);
+  MC_CHECK(strstr(gcclGetLastError(NULL), "intercommunicator") != NULL, "the message does not say why: %s",
+           gcclGetLastError(NULL));
+  MPI_Comm_free(&inter);
+  MPI_Comm_free(&half);
+}
+
+/* A communicator of the even (odd) ranks in reverse order, its MPI communicator
+ * freed at once: gccl keeps its own duplicate. */
+static void check_subcommunicator(void) {
+  MPI_Comm sub;
+  MPI_Comm_split(MPI_COMM_WORLD, mc_rank % 2, -mc_rank, &sub);
+  int sub_rank, sub_size;
+  MPI_Comm_rank(sub, &sub_rank);
+  MPI_Comm_size(sub, &sub_size);
+  gcclComm_t comm = mc_comm(sub);
+  MPI_Comm_free(&sub);
+  if (!comm) return;
+  int rank = -1, count = -1;
+  MC_OK(gcclCommUserRank(comm, &rank), comm);
+  MC_OK(gcclCommCount(comm, &count), comm);
+  MC_CHECK(rank == sub_rank && count == sub_size, "rank %d of %d, MPI says %d of %d", rank, count, sub_rank, sub_size);
+  int64_t x = mc_rank, want = 0;
+  for (int r = mc_rank % 2; r < mc_nranks; r += 2) want += r;
+  MC_OK(gcclAllReduce(&x, &x, 1, gcclInt64, gcclSum, comm, NULL), comm);
+  MC_CHECK(x == want, "the sum of the world ranks of the sub-communicator is %lld, not %lld", (long long)x,
+           (long long)want);
+  MC_OK(gcclCommDestroy(comm), NULL);
+
+  gcclComm_t self = mc_comm(MPI_COMM_SELF);
+  if (!self) return;
+  float v = 3;
+  MC_OK(gcclAllReduce(&v, &v, 1, gcclFloat32, gcclSum, self, NULL), self);
+  MC_CHECK(v == 3, "an allreduce on MPI_COMM_SELF gave %g", (double)v);
+  MC_OK(gcclCommDestroy(self), NULL);
+}
+
+/* ---- ranks that disagree ------------------------------------------------------------- */
+
+/* After the mismatch every rank returned gcclInvalidUsage naming `word`, and the
+ * communicator still works. */
+static void expect_mismatch(gcclComm_t comm, gcclResult_t res, const char* word, int line) {
+  if (res != gcclInvalidUsage)
+    mc_fail(__FILE__, line, "a mismatched call returned %s, not invalid usage (%s)", gcclGetErrorString(res),
+            gcclGetLastError(comm));
+  else if (!strstr(gcclGetLastError(comm), word))
+    mc_fail(__FILE__, line, "the mismatch message does not name the %s: %s", word, gcclGetLastError(comm));
+  float x = 1;
+  MC_OK(gcclAllReduce(&x, &x, 1, gcclFloat32, gcclSum, comm, NULL), comm);
+  MC_CHECK(x == (float)mc_nranks, "the communicator is unusable after a mismatch");
+}
+
+static void check_mismatches(void) {
+  if (mc_nranks < 2) return;
+  gcclComm_t comm = mc_comm(MPI_COMM_WORLD);
+  if (!comm) return;
+  float* a = calloc(4 * N, sizeof *a);
+  float* b = calloc(4 * N, sizeof *b);
+  int odd = mc_rank == mc_nranks - 1; /* the rank that disagrees */
+
+  expect_mismatch(comm, gcclAllReduce(a, b, odd ? N + 1 : N, gcclFloat32, gcclSum, comm, NULL), "count", __LINE__);
+  expect_mismatch(comm, gcclAllReduce(a, b, N, odd ? gcclInt32 : gcclFloat32, gcclSum, comm, NULL), "datatype",
+                  __LINE__);
+  expect_mismatch(comm, gcclAllReduce(a, b, N, gcclFloat32, odd ? gcclMax : gcclSum, comm, NULL), "op", __LINE__);
+  expect_mismatch(comm, gcclBroadcast(a, b, N, gcclFloat32, odd ? 1 : 0, comm, NULL), "root", __LINE__);
+  expect_mismatch(
+      comm,
+      odd ? gcclAllGather(a, b, N, gcclFloat32, comm, NULL) : gcclAllReduce(a, b, N, gcclFloat32, gcclSum, comm, NULL),
+      "collective", __LINE__);
+
+  gcclCompressor_t c = NULL;
+  MC_OK(gcclCompressorCreate(&c, odd ? "topk:ratio=0.2" : "topk:ratio=0.1", N, gcclFloat32), NULL);
+  expect_mismatch(comm, gcclAllReduceCompressed(a, b, N, gcclFloat32, gcclSum, c, comm, NULL), "compressor", __LINE__);
+  /* Compressed here, dense there. */
+  gcclResult_t res = odd ? gcclAllReduce(a, b, N, gcclFloat32, gcclSum, comm, NULL)
+                         : gcclAllReduceCompressed(a, b, N, gcclFloat32, gcclSum, c, comm, NULL);
+  expect_mismatch(comm, res, "compressor", __LINE__);
+  MC_OK(gcclCompressorDestroy(c), NULL);
+
+  gcclResult_t async = gcclInternalError;
+  MC_OK(gcclCommGetAsyncError(comm, &async), comm);
+  MC_CHECK(async == gcclSuccess, "mismatches left the communicator in error %s", gcclGetErrorString(async));
+  free(a);
+  free(b);
+  MC_OK(gcclCommDestroy(comm), NULL);
+}
+
+/* ---- streams and groups ---------------------------------------------------------------- */
+
+static void fill(float* x, float v) {
+  for (int i = 0; i < N; i++) x[i] = v;
+}
+
+static int all_equal(const float* x, float v) {
+  for (int i = 0; i < N; i++)
+    if (x[i] != v) return 0;
+  return 1;
+}
+
+/* MPI_THREAD_MULTIPLE: collectives on a stream, beside the application's own MPI
+ * calls, and in a group over two communicators. */
+static void check_streams_and_groups(void) {
+  gcclComm_t one = mc_comm(MPI_COMM_WORLD), two = mc_comm(MPI_COMM_WORLD);
+  gcclStream_t s = NULL;
+  MC_OK(gcclStreamCreate(&s), NULL);
+  if (!one || !two || !s) return;
+  float p = (float)mc_nranks;
+  float* x = malloc(N * sizeof *x);
+  float* y = malloc(N * sizeof *y);
+  fill(x, 1);
+  for (int k = 0; k < 3; k++) MC_OK(gcclAllReduce(x, x, N, gcclFloat32, gcclSum, one, s), one);
+  int ranks = 0, world = 1;
+  MPI_Allreduce(&world, &ranks, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD); /* while the stream runs */
+  MC_OK(gcclStreamSynchronize(s), one);
+  MC_CHECK(ranks == mc_nranks, "the application's MPI_Allreduce gave %d", ranks);
+  MC_CHECK(all_equal(x, p * p * p), "three allreduces on a stream gave %g, not %g", (double)x[0], (double)(p * p * p));
+
+  fill(x, 1);
+  fill(y, 2);
+  MC_OK(gcclGroupStart(), NULL);
+  MC_OK(gcclAllReduce(x, x, N, gcclFloat32, gcclSum, one, NULL), one);
+  MC_OK(gcclAllReduce(y, y, N, gcclFloat32, gcclMax, two, NULL), two);
+  MC_OK(gcclGroupEnd(), NULL);
+  MC_CHECK(all_equal(x, p) && all_equal(y, 2), "a group over two communicators gave %g and %g", (double)x[0],
+           (double)y[0]);
+  MC_OK(gcclStreamDestroy(s), NULL);
+  MC_OK(gcclCommDestroy(one), NULL);
+  MC_OK(gcclCommDestroy(two), NULL);
+  free(x);
+  free(y);
+}
+
+/* Below MPI_THREAD_MULTIPLE: streams and groups are refused with a message that
+ * says what to do; calls on the NULL stream work. */
+static void check_streams_refused(void) {
+  gcclComm_t comm = mc_comm(MPI_COMM_WORLD);
+  gcclStream_t s = NULL;
+  MC_OK(gcclStreamCreate(&s), NULL);
+  if (!comm || !s) return;
+  float* x = malloc(N * sizeof *x);
+  fill(x, 1);
+  MC_FAILS(gcclAllReduce(x, x, N, gcclFloat32, gcclSum, comm, s), gcclInvalidUsage, comm);
+  MC_CHECK(strstr(gcclGetLastError(comm), "MPI_THREAD_MULTIPLE") != NULL, "the message does not say why: %s",
+           gcclGetLastError(comm));
+  MC_OK(gcclGroupStart(), NULL);
+  MC_FAILS(gcclAllReduce(x, x, N, gcclFloat32, gcclSum, comm, NULL), gcclInvalidUsage, comm);
+  MC_OK(gcclGroupEnd(), NULL);
+  MC_OK(gcclAllReduce(x, x, N, gcclFloat32, gcclSum, comm, NULL), comm);
+  MC_CHECK(all_equal(x, (float)mc_nranks), "an allreduce after the refusals gave %g", (double)x[0]);
+  MC_OK(gcclStreamDestroy(s), NULL);
+  MC_OK(gcclCommDestroy(comm), NULL);
+  free(x);
+}
+
+int main(int argc, char** argv) {
+  gcclComm_t comm = NULL;
+  gcclResult_t before_init = gcclCommInitMpi(&comm, MPI_COMM_WORLD);
+  int level = mc_init(&argc, &argv);
+  MC_CHECK(before_init == gcclInvalidUsage, "gcclCommInitMpi before MPI_Init returned %s",
+           gcclGetErrorString(before_init));
+  check_init_arguments();
+  check_subcommunicator();
+  check_mismatches();
+  if (level == MPI_THREAD_MULTIPLE)
+    check_streams_and_groups();
+  else
+    check_streams_refused();
+  int status = mc_finish("test_errors_mpi");
+  gcclResult_t after = gcclCommInitMpi(&comm, MPI_COMM_WORLD);
+  if (after != gcclInvalidUsage) {
+    fprintf(stderr, "gcclCommInitMpi after MPI_Finalize returned %s\n", gcclGetErrorString(after));
+    status = 1;
+  }
+  return status;
+}

@@ -1,0 +1,196 @@
+/* test_transport_mpi.c — the MPI transport's contract (src/transport/transport.h),
+ * below the collectives.
+ *
+ * Messages around the chunk size (GCCL_MPI_CHUNK_BYTES=64 here), exact and of
+ * unknown size, many in flight on one pair and waited for out of order; the
+ * collective primitives; and failures: a size mismatch, a message longer than
+ * its receive, a timeout and an abort each break the transport on every rank
+ * promptly, and cancel_all returns. Every transport is made up front and freed
+ * at the end: Open MPI reuses a freed communicator's context id, and messages of
+ * a broken one still in flight would reach its successor. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpi_check.h"
+#include "transport/mpi.h"
+
+#define CHUNK 64
+#define NTRANSPORTS 7
+
+static struct transport* make_transport(uint64_t id, int64_t timeout_ms) {
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  struct transport* tp = NULL;
+  MC_OK(mpi_transport_create(&tp, dup, id, timeout_ms, level), NULL);
+  if (!tp) MPI_Abort(MPI_COMM_WORLD, 2);
+  return tp;
+}
+
+static unsigned char pattern(int sender, int msg, size_t j) {
+  return (unsigned char)(sender * 31 + msg * 7 + (int)j);
+}
+
+/* Every rank sends messages of every size to its right neighbour and receives
+ * its left neighbour's, all posted at once, and waits for them last to first. */
+static void check_sizes(struct transport* tp, int upto) {
+  const size_t sizes[] = {0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK, 3 * CHUNK + 5, 1000, 0, CHUNK};
+  enum { N = sizeof sizes / sizeof sizes[0] };
+  int p = tp->nranks, right = (tp->rank + 1) % p, left = (tp->rank + p - 1) % p;
+  unsigned char* out[N];
+  unsigned char* in[N];
+  size_t got[N];
+  tp_req sends[N], recvs[N];
+  for (int k = 0; k < N; k++) {
+    /* capacity: exactly the size for multiples of the chunk, more otherwise */
+    size_t cap = upto && sizes[k] % CHUNK ? sizes[k] + 2 * CHUNK + 3 : sizes[k];
+    out[k] = malloc(sizes[k] + 1);
+    in[k] = calloc(cap + 1, 1);
+    for (size_t j = 0; j < sizes[k]; j++) out[k][j] = pattern(tp->rank, k, j);
+    got[k] = (size_t)-1;
+    if (upto)
+      MC_OK(tp->ops->irecv_upto(tp, left, in[k], cap, &got[k], &recvs[k]), NULL);
+    else
+      MC_OK(tp->ops->irecv(tp, left, in[k], sizes[k], &recvs[k]), NULL);
+    MC_OK(tp->ops->isend(tp, right, out[k], sizes[k], &sends[k]), NULL);
+  }
+  for (int k = N - 1; k >= 0; k--) MC_OK(tp->ops->wait(tp, recvs[k]), NULL);
+  for (int k = N - 1; k >= 0; k--) MC_OK(tp->ops->wait(tp, sends[k]), NULL);
+  for (int k = 0; k < N; k++) {
+    if (upto) MC_CHECK(got[k] == sizes[k], "message %d: received %zu bytes, %zu were sent", k, got[k], sizes[k]);
+    for (size_t j = 0; j < sizes[k]; j++)
+      if (in[k][j] != pattern(left, k, j)) {
+        mc_fail(__FILE__, __LINE__, "%s message %d of %zu bytes: byte %zu differs", upto ? "irecv_upto" : "irecv", k,
+                sizes[k], j);
+        break;
+      }
+    free(out[k]);
+    free(in[k]);
+  }
+}
+
+static void check_collective_primitives(struct transport* tp) {
+  for (size_t bytes = 1; bytes <= TP_SMALL_MAX; bytes *= 8) {
+    unsigned char mine[TP_SMALL_MAX];
+    unsigned char* all = malloc((size_t)tp->nranks * bytes);
+    for (size_t j = 0; j < bytes; j++) mine[j] = pattern(tp->rank, 0, j);
+    MC_OK(tp->ops->allgather_small(tp, mine, bytes, all), NULL);
+    for (int r = 0; r < tp->nranks; r++)
+      for (size_t j = 0; j < bytes; j++)
+        if (all[(size_t)r * bytes + j] != pattern(r, 0, j)) {
+          mc_fail(__FILE__, __LINE__, "allgather_small of %zu bytes: rank %d's byte %zu differs", bytes, r, j);
+          r = tp->nranks;
+          break;
+        }
+    free(all);
+    MC_OK(tp->ops->barrier(tp), NULL);
+  }
+}
+
+/* One rank's message is longer (or shorter) than the receive: gcclInternalError
+ * there, and every other rank's next wait fails at once with gcclRemoteError. */
+static void check_size_mismatch(struct transport* tp, int upto) {
+  unsigned char buf[4 * CHUNK] = {0};
+  size_t got = 0;
+  double start = mc_now();
+  if (tp->rank == 0) { /* the send completes, unless rank 1's failure overtakes its last chunk */
+    gcclResult_t res = tp_send(tp, 1, buf, upto ? 3 * CHUNK : 20);
+    MC_CHECK(res == gcclSuccess || res == gcclRemoteError, "the longer send returned %s", gcclGetErrorString(res));
+  }
+  if (tp->rank == 1) {
+    tp_req req;
+    gcclResult_t res =
+        upto ? tp->ops->irecv_upto(tp, 0, buf, 2 * CHUNK + 10, &got, &req) : tp->ops->irecv(tp, 0, buf, 10, &req);
+    if (res == gcclSuccess) res = tp->ops->wait(tp, req);
+    MC_CHECK(res == gcclInternalError, "a %s receive of a longer message returned %s", upto ? "bounded" : "exact",
+             gcclGetErrorString(res));
+  }
+  gcclResult_t res = tp->ops->barrier(tp);
+  MC_CHECK(res == gcclRemoteError, "barrier after a size mismatch returned %s", gcclGetErrorString(res));
+  MC_CHECK(tp->ops->broken(tp) != gcclSuccess, "the transport is not broken after a size mismatch");
+  MC_CHECK(mc_now() - start < 5, "the failure took %.1f s to reach every rank", mc_now() - start);
+  tp->ops->cancel_all(tp);
+}
+
+/* Rank 0 waits for a message that never comes and times out after 1 s; rank 1,
+ * waiting as well but with a 20 s timeout, and the others in a barrier, fail
+ * with gcclRemoteError as soon as rank 0 tells them. */
+static void check_timeout(struct transport* tp) {
+  unsigned char byte;
+  double start = mc_now();
+  gcclResult_t res;
+  if (tp->rank <= 1) {
+    res = tp_recv(tp, 1 - tp->rank, &byte, 1);
+    gcclResult_t want = tp->rank == 0 ? gcclTimeout : gcclRemoteError;
+    MC_CHECK(res == want, "waiting for a message never sent returned %s, expected %s", gcclGetErrorString(res),
+             gcclGetErrorString(want));
+  } else {
+    res = tp->ops->barrier(tp);
+    MC_CHECK(res == gcclRemoteError, "a barrier without ranks 0 and 1 returned %s", gcclGetErrorString(res));
+  }
+  double took = mc_now() - start;
+  MC_CHECK(took < 5, "rank %d failed after %.1f s", tp->rank, took);
+  if (tp->rank == 0) MC_CHECK(took >= 0.9, "rank 0 timed out after %.2f s instead of 1", took);
+  tp->ops->cancel_all(tp);
+}
+
+/* The last rank aborts; the others, in a barrier, fail promptly. */
+static void check_abort(struct transport* tp) {
+  double start = mc_now();
+  if (tp->rank == tp->nranks - 1) {
+    tp->ops->abort(tp, gcclInternalError);
+    tp->ops->cancel_all(tp); /* tells the peers when MPI is below MPI_THREAD_MULTIPLE */
+  }
+  gcclResult_t res = tp->ops->barrier(tp);
+  MC_CHECK(res == gcclRemoteError, "a barrier after an abort returned %s", gcclGetErrorString(res));
+  MC_CHECK(mc_now() - start < 5, "the abort took %.1f s to reach rank %d", mc_now() - start, tp->rank);
+  tp->ops->cancel_all(tp);
+}
+
+/* Receives nobody sends, withdrawn: cancel_all returns at once and the transport still works. */
+static void check_cancel_all(struct transport* tp) {
+  unsigned char buf[3 * CHUNK];
+  tp_req req[2];
+  int left = (tp->rank + tp->nranks - 1) % tp->nranks;
+  size_t got;
+  MC_OK(tp->ops->irecv(tp, left, buf, 3 * CHUNK, &req[0]), NULL);
+  MC_OK(tp->ops->irecv_upto(tp, left, buf, sizeof buf, &got, &req[1]), NULL);
+  double start = mc_now();
+  tp->ops->cancel_all(tp);
+  MC_CHECK(mc_now() - start < 1, "cancel_all took %.1f s", mc_now() - start);
+  MC_CHECK(tp->ops->broken(tp) == gcclSuccess, "cancel_all broke a working transport");
+  MC_OK(tp->ops->barrier(tp), NULL);
+}
+
+int main(int argc, char** argv) {
+  mc_init(&argc, &argv);
+  char chunk[16];
+  snprintf(chunk, sizeof chunk, "%d", CHUNK);
+  mc_setenv("GCCL_MPI_CHUNK_BYTES", chunk);
+  struct transport* tp[NTRANSPORTS];
+  for (int i = 0; i < NTRANSPORTS; i++)
+    tp[i] = make_transport(1000 + (uint64_t)i, i == 5 && mc_rank == 0 ? 1000 : 20000);
+  mc_setenv("GCCL_MPI_CHUNK_BYTES", NULL);
+  struct transport* big = make_transport(999, 20000); /* the default chunk */
+
+  MC_CHECK(mpi_transport_chunk_bytes(tp[0]) == CHUNK, "GCCL_MPI_CHUNK_BYTES was not applied");
+  MC_CHECK(mpi_transport_chunk_bytes(big) == MPI_TP_CHUNK_BYTES_DEFAULT, "the default chunk is %zu",
+           mpi_transport_chunk_bytes(big));
+  MC_CHECK(!tp[0]->shares_address_space, "MPI ranks do not share an address space");
+  check_sizes(tp[0], 0);
+  check_sizes(tp[0], 1);
+  check_sizes(big, 1);
+  check_collective_primitives(tp[0]);
+  check_cancel_all(tp[1]);
+  if (mc_nranks >= 2) {
+    check_size_mismatch(tp[2], 0);
+    check_size_mismatch(tp[3], 1);
+    check_abort(tp[4]);
+    check_timeout(tp[5]);
+  }
+  for (int i = 0; i < NTRANSPORTS; i++) tp[i]->ops->destroy(tp[i]);
+  big->ops->destroy(big);
+  return mc_finish("test_transport_mpi");
+}
