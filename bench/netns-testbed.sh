@@ -3,7 +3,7 @@
 # Open MPI's ring MPI_Allreduce, in one run.
 #
 #   bench/netns-testbed.sh [-n N] [-r RATE] [-s SIZE] [-b BUILD] [-o OUTDIR] [-i ITERS] [-c CODECS]
-#                          [-a ALG] [-l LINKS] [-x "MPIRUN ARGS"] [-q]
+#                          [-a ALG] [-l LINKS] [-x "MPIRUN ARGS"] [-t SECONDS] [-q]
 #
 # Builds N network namespaces (default 4), each a "host" with one interface (gtb0)
 # on a private /24 it picks unused on this machine, joined by veth pairs to a
@@ -16,13 +16,14 @@
 # only) with Open MPI's allreduce forced to its ring (the strongest dense
 # baseline, DESIGN.md), and runs gccl-bench --mpi there: the MPI ring row, gccl's
 # dense ring, rhd and tree (--dense-best), and every codec, on SIZE of float32
-# (default 100M), checked (-c 1) and timed -n ITERS (default 3) after a warm-up.
+# (default 100M), checked (-c 1) and timed after a warm-up call: each row is the
+# median of 5 timings of ITERS calls each (-i, default 1; gccl-bench -m).
 # Prints one table: speed-up of each row against Open MPI's ring and against
 # gccl's best dense, what each rank's interface transmitted per call (gtb0's
 # counters: headers included) and how much of the link that used, the ranks'
 # CPU time per call, and each codec's bar from issue 5.
 #
-#   -q      smoke test: 2 namespaces, 1 MiB, fp16 only, 2 iterations (< 1 minute;
+#   -q      smoke test: 2 namespaces, 1 MiB, fp16 only (< 1 minute;
 #           overrides -n, -s, -i and -c)
 #   -o DIR  keeps testbed.txt (gccl-bench's output), testbed.json (-J) and
 #           summary.txt; default: a fresh directory under /tmp, printed at the end
@@ -34,6 +35,8 @@
 #           between the same pair, one connection reaches about half the link rate
 #           (16 MiB ring allreduce at 1 Gbit/s: 255 ms with 1, 150 ms with 2); with
 #           4 ranks, 2 connections changed nothing measurable.
+#   -t SECONDS  gives up (exit 1, everything removed) when the run takes longer
+#           (default 1800): a launch that hangs must not hold the machine
 #   -x ARGS extra mpirun arguments (split at spaces) for every row, e.g.
 #           "--mca btl_tcp_progress_thread 1"
 #
@@ -45,13 +48,13 @@
 # what earlier runs left behind if their process is gone, and touches nothing else.
 set -euo pipefail
 
-N=4 RATE=1gbit SIZE=100M BUILD=build OUTDIR="" ITERS=3 QUICK=0 LINKS=1 EXTRA="" ALG=4
+N=4 RATE=1gbit SIZE=100M BUILD=build OUTDIR="" ITERS=1 QUICK=0 LINKS=1 EXTRA="" ALG=4 LIMIT=1800
 CODECS="fp16 uniform:bits=8 uniform:bits=4 sign topk:ratio=0.01 randk:ratio=0.01"
 usage() {
   sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0" >&2
   exit 2
 }
-while getopts "n:r:s:b:o:i:c:a:l:x:qh" opt; do
+while getopts "n:r:s:b:o:i:c:a:l:x:t:qh" opt; do
   case $opt in
     n) N=$OPTARG ;;
     r) RATE=$OPTARG ;;
@@ -63,6 +66,7 @@ while getopts "n:r:s:b:o:i:c:a:l:x:qh" opt; do
     a) ALG=$OPTARG ;;
     l) LINKS=$OPTARG ;;
     x) EXTRA=$OPTARG ;;
+    t) LIMIT=$OPTARG ;;
     q) QUICK=1 ;;
     *) usage ;;
   esac
@@ -70,10 +74,11 @@ done
 shift $((OPTIND - 1))
 [[ $# -eq 0 ]] || usage
 if ((QUICK)); then
-  N=2 SIZE=1M ITERS=2 CODECS=fp16
+  N=2 SIZE=1M ITERS=1 CODECS=fp16
 fi
 [[ $N =~ ^[0-9]+$ ]] && ((N >= 2 && N <= 250)) || { echo "netns-testbed: -n must be 2..250" >&2; exit 2; }
 [[ $ITERS =~ ^[0-9]+$ ]] && ((ITERS >= 1)) || { echo "netns-testbed: -i must be >= 1" >&2; exit 2; }
+[[ $LIMIT =~ ^[0-9]+$ ]] && ((LIMIT >= 1)) || { echo "netns-testbed: -t must be >= 1" >&2; exit 2; }
 [[ $ALG =~ ^[1-6]$ ]] || { echo "netns-testbed: -a must be 1..6" >&2; exit 2; }
 [[ $LINKS =~ ^[0-9]+$ ]] && ((LINKS >= 1 && LINKS <= 16)) || { echo "netns-testbed: -l must be 1..16" >&2; exit 2; }
 # tc's rate units; the link-use column needs bits per second.
@@ -268,7 +273,7 @@ MPIRUN=(mpirun --hostfile "$TMP/hostfile" -np "$N" --bind-to none
   -x "GLIBC_TUNABLES=$TUNABLES")
 read -r -a extra_args <<<"$EXTRA"
 MPIRUN+=("${extra_args[@]}")
-ARGS=(--mpi allreduce -d float -o sum -b "$SIZE" -e "$SIZE" -n "$ITERS" -w 1 -z -c 1
+ARGS=(--mpi allreduce -d float -o sum -b "$SIZE" -e "$SIZE" -n "$ITERS" -m -w 1 -z -c 1
   --dense-best --codec "$CODECS" --net-if "$NS_IF" --net-gbps "$(awk -v b="$RATE_BPS" 'BEGIN { print b / 1e9 }')"
   -J "$OUTDIR/testbed.json")
 
@@ -277,13 +282,17 @@ ARGS=(--mpi allreduce -d float -o sum -b "$SIZE" -e "$SIZE" -n "$ITERS" -w 1 -z 
   echo "# machine: $(nproc) cores; load before the run: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# ip netns exec $(ns_name 0) ${MPIRUN[*]} $BENCH ${ARGS[*]}"
 } | tee "$OUTDIR/testbed.txt" >&2
-ip netns exec "$(ns_name 0)" "${MPIRUN[@]}" "$BENCH" "${ARGS[@]}" >>"$OUTDIR/testbed.txt" 2>&1 &
+timeout -k 10 "$LIMIT" ip netns exec "$(ns_name 0)" "${MPIRUN[@]}" "$BENCH" "${ARGS[@]}" >>"$OUTDIR/testbed.txt" 2>&1 &
 MPIRUN_PID=$!
 status=0
 wait "$MPIRUN_PID" || status=$?
 MPIRUN_PID=""
 if ((status != 0)); then
-  echo "netns-testbed: the run failed (exit $status); its output:" >&2
+  if ((status == 124 || status == 137)); then
+    echo "netns-testbed: the run took longer than $LIMIT s (-t) and was stopped; its output:" >&2
+  else
+    echo "netns-testbed: the run failed (exit $status); its output:" >&2
+  fi
   tail -30 "$OUTDIR/testbed.txt" >&2
   exit 1
 fi

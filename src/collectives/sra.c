@@ -19,20 +19,26 @@
  *
  * Phase 2, allgather of frames: the owner re-encodes S once (EF_RESTAGE: the
  * re-encode's error joins the owner's residual, so error feedback telescopes
- * through the collective) and sends that one frame unchanged to every peer. Every
- * rank, the owner included, decodes every chunk's frame into its output, so all
- * ranks hold the same bits. Frames are decoded as they arrive; chunks are disjoint.
+ * through the collective), and that one frame goes round a ring unchanged: at
+ * step s every rank forwards the frame it received at step s-1 to r+1 and receives
+ * the next from r-1. Every rank, the owner included, decodes every chunk's frame
+ * into its output, so all ranks hold the same bits; a frame is decoded while it is
+ * being forwarded. Why a ring and not the owner sending to every peer at once:
+ * over TCP (1 Gbit/s test bed, 4 ranks) the p-1 simultaneous flows into and out of
+ * every host finished unevenly and the phase took up to 30% longer than the
+ * ring's one flow per link (BENCHMARKS.md); phase 1 keeps its all-at-once exchange,
+ * which measured faster than p-1 staggered pairwise steps (for even p one step
+ * sends both ways over each pair's connection).
  *
  * In place: rank r reads sendbuff only in phase 1 (encodes, and its own chunk in
  * the sum); phase 2 alone writes recvbuff. Sends and receives use workspace frames.
  *
  * Cost per rank, b = bytes of one compressed chunk (~ bytes(count) / p / ratio):
- * 2 (p-1) messages sent and received, 2 (p-1) b bytes each way (a ring moves the
- * same volume in 2 (p-1) sequential steps; here all p-1 messages of a phase are in
- * flight at once: latency 2 alpha instead of 2 (p-1) alpha). Compute per rank:
- * encodes of count elements in all (p-1 peers' chunks, then its own chunk's sum),
- * decodes of (p-1) chunks in phase 1 and all p in phase 2. Workspace: 2p frame
- * slots, plus one or two fp32 chunks.
+ * 2 (p-1) messages sent and received, 2 (p-1) b bytes each way, as a ring's; phase
+ * 1's p-1 messages are in flight at once (latency alpha), phase 2 takes p-1 steps.
+ * Compute per rank: encodes of count elements in all (p-1 peers' chunks, then its
+ * own chunk's sum), decodes of (p-1) chunks in phase 1 and all p in phase 2.
+ * Workspace: 2p frame slots, plus one or two fp32 chunks.
  *
  * reducescatter_sra is phase 1 over p slots of a->count elements (the sum S is the
  * result, not re-encoded); allgather_frames is phase 2 with every rank's whole
@@ -87,7 +93,6 @@ static unsigned char* out_frame(const struct sra_work* w, int r) {
 static unsigned char* in_frame(const struct sra_work* w, int r) {
   return w->in + (size_t)r * w->slot;
 }
-
 
 /* Waits for every pending send (their frames must outlive them). */
 static gcclResult_t wait_sends(struct transport* tp, const struct sra_work* w, int p) {
@@ -150,45 +155,54 @@ gcclResult_t reducescatter_sra(struct coll_ctx* ctx, const struct coll_args* a) 
   return wait_sends(ctx->tp, &w, ctx->nranks);
 }
 
-gcclResult_t allreduce_sra(struct coll_ctx* ctx, const struct coll_args* a) {
+/* Phase 2, a ring of frames: the owner's frame travels me -> me+1 -> ... unchanged,
+ * so at each step every rank sends one frame to next and receives one from prev.
+ * A frame is decoded while the step that forwards it is in flight. */
+static gcclResult_t frames_ring(struct coll_ctx* ctx, const struct coll_args* a, struct sra_work* w, size_t my_bytes) {
   struct transport* tp = ctx->tp;
+  int p = ctx->nranks, me = ctx->rank, next = (me + 1) % p, prev = (me - 1 + p) % p;
+  size_t size = dtype_size(a->dt), off, len;
+  unsigned char* out = a->recvbuff;
+  w->got[me] = my_bytes;
+  int have = me; /* the chunk whose frame goes to next at this step */
+  for (int s = 0; s < p; s++) {
+    int want = (me - s - 1 + p) % p; /* arrives from prev at this step */
+    size_t hoff, hlen;
+    coll_chunk(a->count, p, have, &hoff, &hlen);
+    unsigned char* frame = have == me ? out_frame(w, me) : in_frame(w, have);
+    tp_req recv = -1;
+    if (s < p - 1) {
+      coll_chunk(a->count, p, want, &off, &len);
+      if (len) GCCL_CHECK(tp->ops->irecv_upto(tp, prev, in_frame(w, want), w->slot, &w->got[want], &recv));
+      /* the last step only decodes: the frame has gone round */
+      if (hlen) GCCL_CHECK(tp->ops->isend(tp, next, frame, w->got[have], &w->sreq[next]));
+    }
+    if (hlen) GCCL_CHECK(frame_decode_f32_to(frame, w->got[have], out + hoff * size, a->dt, hlen, w->stage));
+    GCCL_CHECK(coll_wait(tp, &recv));
+    GCCL_CHECK(coll_wait(tp, &w->sreq[next])); /* its frame is forwarded from this slot later */
+    have = want;
+  }
+  return gcclSuccess;
+}
+
+gcclResult_t allreduce_sra(struct coll_ctx* ctx, const struct coll_args* a) {
   struct gcclCompressor* c = a->comp;
   int p = ctx->nranks, me = ctx->rank;
-  size_t size = dtype_size(a->dt), off, len, my_off, my_len, longest, unused;
-  unsigned char* out = a->recvbuff;
+  size_t my_off, my_len, longest, unused;
   coll_chunk(a->count, p, 0, &unused, &longest); /* chunk 0 is a longest */
   coll_chunk(a->count, p, me, &my_off, &my_len);
   struct sra_work w;
   GCCL_CHECK(sra_work_get(ctx, compressor_bound_f32(c, longest), longest, a->dt == gcclFloat32 ? 0 : longest, &w));
 
   GCCL_CHECK(scatter_reduce(ctx, a, &w));
-  /* Phase 2. A peer's phase-1 frame has been decoded, so its slot takes its chunk's
-   * final frame (pairs match in post order: phase 1's receive comes first). */
-  for (int k = 1; k < p; k++) {
-    int j = (me - k + p) % p;
-    coll_chunk(a->count, p, j, &off, &len);
-    if (len) GCCL_CHECK(tp->ops->irecv_upto(tp, j, in_frame(&w, j), w.slot, &w.got[j], &w.rreq[j]));
-  }
-  if (my_len) {
-    size_t bytes;
+  /* phase 1's frames to peers must be gone before phase 2's messages follow them */
+  GCCL_CHECK(wait_sends(ctx->tp, &w, p));
+  size_t bytes = 0;
+  if (my_len)
     GCCL_CHECK(compressor_encode_f32(c, w.sum, gcclFloat32, a->comp_first + my_off, my_len, EF_RESTAGE, 1,
                                      out_frame(&w, me), w.slot, &bytes));
-    for (int k = 1; k < p; k++) {
-      int j = (me + k) % p;
-      GCCL_CHECK(coll_wait(tp, &w.sreq[j])); /* one send per peer pending at a time */
-      GCCL_CHECK(tp->ops->isend(tp, j, out_frame(&w, me), bytes, &w.sreq[j]));
-    }
-    /* every read of sendbuff is done: from here on, recvbuff may be written */
-    GCCL_CHECK(frame_decode_f32_to(out_frame(&w, me), bytes, out + my_off * size, a->dt, my_len, w.stage));
-  }
-  for (int k = 1; k < p; k++) {
-    int j = (me - k + p) % p;
-    coll_chunk(a->count, p, j, &off, &len);
-    if (!len) continue;
-    GCCL_CHECK(coll_wait(tp, &w.rreq[j]));
-    GCCL_CHECK(frame_decode_f32_to(in_frame(&w, j), w.got[j], out + off * size, a->dt, len, w.stage));
-  }
-  return wait_sends(tp, &w, p);
+  /* every read of sendbuff is done: from here on, recvbuff may be written */
+  return frames_ring(ctx, a, &w, bytes);
 }
 
 gcclResult_t allgather_frames(struct coll_ctx* ctx, const struct coll_args* a) {

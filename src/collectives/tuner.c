@@ -25,8 +25,10 @@ const char* coll_kind_name(enum coll_kind kind) {
 
 /* Latency-bound below this many bytes: log p hops beat 2(p-1) ring steps. */
 #define TUNER_TREE_MAX_BYTES (64u << 10)
-/* Rabenseifner's halving-doubling moves the ring's volume in 2 log p steps; the ring
- * wins for large vectors on non-power-of-two counts where rhd pays the fold. */
+/* Rabenseifner's halving-doubling moves the ring's volume in 2 log p steps, fewer
+ * latencies; above this the ring wins at every rank count measured (BENCHMARKS.md):
+ * rhd's every step sends and receives over the same pair's connection, and over
+ * TCP (1 Gbit/s test bed, 4 ranks, 100 MiB) it got 49% of the link, the ring 82%. */
 #define TUNER_RHD_MAX_BYTES (4u << 20)
 
 enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int local_size, int shares_address_space,
@@ -40,8 +42,7 @@ enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int l
       /* several nodes: only 1/L of the tensor per rank crosses the slow links */
       if (local_size > 1 && local_size < nranks && bytes > TUNER_TREE_MAX_BYTES) return ALGO_HIER;
       if (bytes <= TUNER_TREE_MAX_BYTES) return ALGO_TREE;
-      int pow2 = (nranks & (nranks - 1)) == 0;
-      return (pow2 || bytes <= TUNER_RHD_MAX_BYTES) ? ALGO_RHD : ALGO_RING;
+      return bytes <= TUNER_RHD_MAX_BYTES ? ALGO_RHD : ALGO_RING;
     }
     case COLL_ALLGATHER:
     case COLL_REDUCESCATTER:

@@ -204,9 +204,14 @@ gcclResult_t compressor_encode_f32(struct gcclCompressor* c, const void* src, gc
   float* resid = NULL;
   if (mode == EF_ADD) {
     float* w = c->work + first;
-    f32_load(w, src, src_dt, n);
     const float* old = c->residual + first;
-    for (size_t i = 0; i < n; i++) w[i] += old[i];
+    if (src_dt == gcclFloat32) { /* one pass: this runs on every element a collective sends */
+      const float* s = src;
+      for (size_t i = 0; i < n; i++) w[i] = s[i] + old[i];
+    } else {
+      f32_load(w, src, src_dt, n);
+      for (size_t i = 0; i < n; i++) w[i] += old[i];
+    }
     x = resid = w;
   } else if (mode == EF_RESTAGE || src_dt != gcclFloat32 || c->spec.codec == CODEC_NONE) {
     GCCL_CHECK(ensure_tmp(c));

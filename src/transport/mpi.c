@@ -38,12 +38,15 @@
 
 enum { TAG_DATA = 1, TAG_CONTROL = 2 };
 
-/* A wait that lasts longer than this sleeps between polls instead of only
- * yielding: a rank waiting for a slow peer stops taking a core from the ranks it
- * waits for, and a wait already this long hardly notices the sleep. Long enough
- * that a large transfer, which MPI moves only while polled (TCP), is over first. */
-#define MT_BUSY_POLL_NS 1000000000LL /* 1 s */
-#define MT_IDLE_SLEEP_NS 100000L     /* 100 us */
+/* A wait polls, yielding the core between polls, for GCCL_MPI_SPIN_US; after that
+ * it naps MT_NAP_NS between polls, so that a rank waiting on the network or on a
+ * slow peer stops taking a core from the ranks that compute (on the 4-ranks-on-
+ * 2-cores test bed, yielding spinners took half the machine). The nap is short
+ * against what a link moves meanwhile (12.5 KB at 1 Gbit/s, well inside the socket
+ * buffers that MPI fills and drains at each poll), so a large transfer keeps its
+ * rate; the spin keeps small messages at MPI's latency. */
+#define MT_SPIN_US_DEFAULT 100
+#define MT_NAP_NS 50000L /* 50 us */
 /* How long cancel_all and destroy give withdrawn requests to settle (never more
  * than the timeout): Open MPI cannot cancel a send, and a receive that has
  * matched completes only once its sender progresses. */
@@ -86,6 +89,7 @@ struct mpi_tp {
   MPI_Comm comm;
   int thread_level;
   int64_t timeout_ns;
+  int64_t spin_ns; /* how long a wait polls before it naps between polls */
   size_t chunk_bytes;
   uint64_t comm_id;
 
@@ -389,10 +393,10 @@ static gcclResult_t poll_step(struct mpi_tp* t, int64_t start_ns) {
   if (atomic_load(&t->reason) != gcclSuccess) return fail_broken(t);
   int64_t waited = clock_now_ns() - start_ns;
   if (waited >= t->timeout_ns) return gcclTimeout;
-  if (waited < MT_BUSY_POLL_NS) {
+  if (waited < t->spin_ns) {
     sched_yield();
   } else {
-    struct timespec nap = {0, MT_IDLE_SLEEP_NS};
+    struct timespec nap = {0, MT_NAP_NS};
     nanosleep(&nap, NULL);
   }
   return gcclSuccess;
@@ -681,6 +685,8 @@ gcclResult_t mpi_transport_create(struct transport** out, MPI_Comm comm, uint64_
   t->thread_level = thread_level;
   t->timeout_ns = timeout_ms * 1000000;
   t->chunk_bytes = chunk_bytes_from_env();
+  int64_t spin_us = env_int("GCCL_MPI_SPIN_US", MT_SPIN_US_DEFAULT);
+  t->spin_ns = (spin_us < INT64_MAX / 1000 ? spin_us : INT64_MAX / 1000) * 1000;
   t->comm_id = comm_id;
   rc = MPI_Irecv(&t->ctl_in, (int)sizeof t->ctl_in, MPI_BYTE, MPI_ANY_SOURCE, TAG_CONTROL, comm, &t->ctl_recv);
   if (rc != MPI_SUCCESS) {

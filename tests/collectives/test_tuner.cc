@@ -21,9 +21,12 @@ TEST(Tuner, DenseAllReduceGoesHierarchicalAcrossNodesOnly) {
   EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 4, 1, ALGO_AUTO), ALGO_DIRECT);
   EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 4, 0, ALGO_AUTO), ALGO_HIER);
   // one node, or one rank per node: flat
-  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 8, 0, ALGO_AUTO), ALGO_RHD);
-  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 1, 0, ALGO_AUTO), ALGO_RHD);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 8, 0, ALGO_AUTO), ALGO_RING);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 1, 0, ALGO_AUTO), ALGO_RING);
   EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 6, 1, 0, ALGO_AUTO), ALGO_RING);
+  // mid sizes: halving-doubling's fewer steps, on any rank count
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 1u << 20, 8, 1, 0, ALGO_AUTO), ALGO_RHD);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 1u << 20, 6, 1, 0, ALGO_AUTO), ALGO_RHD);
   // latency-bound sizes stay on the tree even across nodes
   EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 1024, 8, 4, 0, ALGO_AUTO), ALGO_TREE);
   // GCCL_ALGO wins when the collective has the algorithm
