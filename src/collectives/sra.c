@@ -8,14 +8,17 @@
  * Phase 1, scatter-reduce (p = 4, seen from rank 1; E = encode with EF_ADD):
  *
  *   post irecv_upto from r0, r2, r3 for their frames of chunk 1
- *   E(c2) -> r2,  E(c3) -> r3,  E(c0) -> r0     staggered: rank r starts at r+1, so
+ *   E(c0) -> r0,  E(c3) -> r3,  E(c2) -> r2     staggered: rank r starts at r-1, so
  *                                               the p-1 first frames go to p-1
  *                                               different receivers
  *   S = dec(f0) + (own c1 + residual, exact) + dec(f2) + dec(f3)   rank order 0..p-1
  *
  * Each chunk is encoded once, and sent as soon as it is encoded, so encoding the
  * next chunk overlaps sending the last. The owner reduces in rank order: the sum's
- * bits do not depend on which frame arrived first.
+ * bits do not depend on which frame arrived first. Owner c's first frames come
+ * from c+1, c+2, ...: ascending, so that most owners can decode-accumulate while
+ * later frames are still on the wire (starting at r+1 made them arrive in
+ * descending order, every decode waiting for the last frame).
  *
  * Phase 2, allgather of frames: the owner re-encodes S once (EF_RESTAGE: the
  * re-encode's error joins the owner's residual, so error feedback telescopes
@@ -127,7 +130,7 @@ static gcclResult_t scatter_reduce(struct coll_ctx* ctx, const struct coll_args*
   for (int r = 0; r < p; r++)
     if (r != me && my_len) GCCL_CHECK(tp->ops->irecv_upto(tp, r, in_frame(w, r), w->slot, &w->got[r], &w->rreq[r]));
   for (int k = 1; k < p; k++) {
-    int j = (me + k) % p;
+    int j = (me - k + p) % p;
     part_of(a, p, j, &off, &len);
     if (!len) continue;
     GCCL_CHECK(compressor_encode_f32(c, in + off * size, a->dt, a->comp_first + off, len, EF_ADD, 0, out_frame(w, j),
