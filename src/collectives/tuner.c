@@ -26,9 +26,11 @@ const char* coll_kind_name(enum coll_kind kind) {
 /* Latency-bound below this many bytes: log p hops beat 2(p-1) ring steps. */
 #define TUNER_TREE_MAX_BYTES (64u << 10)
 /* Rabenseifner's halving-doubling moves the ring's volume in 2 log p steps, fewer
- * latencies; above this the ring wins at every rank count measured (BENCHMARKS.md):
- * rhd's every step sends and receives over the same pair's connection, and over
- * TCP (1 Gbit/s test bed, 4 ranks, 100 MiB) it got 49% of the link, the ring 82%. */
+ * latencies. Above this size the ring wins on non-powers of two, where rhd pays
+ * the fold, and across nodes at any rank count (BENCHMARKS.md): rhd's every step
+ * sends and receives over one pair's connection, and over TCP (1 Gbit/s test bed,
+ * 4 ranks, 100 MiB) it got 49% of the link, the ring 82%. Within one node (MPI
+ * over shared memory) rhd stays ahead on powers of two. */
 #define TUNER_RHD_MAX_BYTES (4u << 20)
 
 enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int local_size, int shares_address_space,
@@ -42,7 +44,8 @@ enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int l
       /* several nodes: only 1/L of the tensor per rank crosses the slow links */
       if (local_size > 1 && local_size < nranks && bytes > TUNER_TREE_MAX_BYTES) return ALGO_HIER;
       if (bytes <= TUNER_TREE_MAX_BYTES) return ALGO_TREE;
-      return bytes <= TUNER_RHD_MAX_BYTES ? ALGO_RHD : ALGO_RING;
+      int pow2 = (nranks & (nranks - 1)) == 0, one_node = local_size >= nranks;
+      return (bytes <= TUNER_RHD_MAX_BYTES || (pow2 && one_node)) ? ALGO_RHD : ALGO_RING;
     }
     case COLL_ALLGATHER:
     case COLL_REDUCESCATTER:

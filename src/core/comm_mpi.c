@@ -140,7 +140,7 @@ gcclResult_t gcclCommInitMpi(gcclComm_t* comm, MPI_Comm mpiComm) {
   res = comm_alloc(&c, rank, nranks, node_size);
   if (res == gcclSuccess) {
     log_set_rank(rank);
-    res = mpi_transport_create(&c->tp, dup, comm_id, c->timeout_ms, level);
+    res = mpi_transport_create(&c->tp, dup, comm_id, c->timeout_ms, level, node_size == nranks);
   }
   uint64_t chunk_bytes = res == gcclSuccess ? mpi_transport_chunk_bytes(c->tp) : 0;
   gcclResult_t all = setup_agree(dup, nranks, res, chunk_bytes);

@@ -44,8 +44,11 @@ enum { TAG_DATA = 1, TAG_CONTROL = 2 };
  * 2-cores test bed, yielding spinners took half the machine). The nap is short
  * against what a link moves meanwhile (12.5 KB at 1 Gbit/s, well inside the socket
  * buffers that MPI fills and drains at each poll), so a large transfer keeps its
- * rate; the spin keeps small messages at MPI's latency. */
+ * rate; the spin keeps small messages at MPI's latency. When every rank is on this
+ * node MPI copies through shared memory inside the polls themselves, and napping
+ * cost up to a third of the busbw (BENCHMARKS.md): there waits spin for 1 s. */
 #define MT_SPIN_US_DEFAULT 100
+#define MT_SPIN_US_ONE_NODE 1000000
 #define MT_NAP_NS 50000L /* 50 us */
 /* How long cancel_all and destroy give withdrawn requests to settle (never more
  * than the timeout): Open MPI cannot cancel a send, and a receive that has
@@ -654,7 +657,7 @@ static size_t chunk_bytes_from_env(void) {
 }
 
 gcclResult_t mpi_transport_create(struct transport** out, MPI_Comm comm, uint64_t comm_id, int64_t timeout_ms,
-                                  int thread_level) {
+                                  int thread_level, int one_node) {
   *out = NULL;
   int rc = MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Comm_set_errhandler");
@@ -685,7 +688,7 @@ gcclResult_t mpi_transport_create(struct transport** out, MPI_Comm comm, uint64_
   t->thread_level = thread_level;
   t->timeout_ns = timeout_ms * 1000000;
   t->chunk_bytes = chunk_bytes_from_env();
-  int64_t spin_us = env_int("GCCL_MPI_SPIN_US", MT_SPIN_US_DEFAULT);
+  int64_t spin_us = env_int("GCCL_MPI_SPIN_US", one_node ? MT_SPIN_US_ONE_NODE : MT_SPIN_US_DEFAULT);
   t->spin_ns = (spin_us < INT64_MAX / 1000 ? spin_us : INT64_MAX / 1000) * 1000;
   t->comm_id = comm_id;
   rc = MPI_Irecv(&t->ctl_in, (int)sizeof t->ctl_in, MPI_BYTE, MPI_ANY_SOURCE, TAG_CONTROL, comm, &t->ctl_recv);

@@ -27,10 +27,12 @@
  * at destroy (unless MPI is finalized by then). comm_id names the communicator,
  * the same on every rank and new for each one: control messages carry it. Every
  * wait gives up after timeout_ms milliseconds. thread_level is MPI_Query_thread's
- * answer. Local: no collective call. On failure comm is left to the caller.
+ * answer. one_node: every rank runs on this node (MPI moves the data through shared
+memory, in the polls: waits poll longer before they nap). Local: no collective call.
+On failure comm is left to the caller.
  * Errors: gcclSystemError (out of memory, an MPI call failed). */
 gcclResult_t mpi_transport_create(struct transport** tp, MPI_Comm comm, uint64_t comm_id, int64_t timeout_ms,
-                                  int thread_level);
+                                  int thread_level, int one_node);
 
 /* The chunk size the transport splits messages at (the same on every rank). */
 size_t mpi_transport_chunk_bytes(const struct transport* tp);

@@ -21,7 +21,9 @@ TEST(Tuner, DenseAllReduceGoesHierarchicalAcrossNodesOnly) {
   EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 4, 1, ALGO_AUTO), ALGO_DIRECT);
   EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 4, 0, ALGO_AUTO), ALGO_HIER);
   // one node, or one rank per node: flat
-  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 8, 0, ALGO_AUTO), ALGO_RING);
+  // one node (MPI over shared memory): rhd on powers of two; across nodes: the ring
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 8, 0, ALGO_AUTO), ALGO_RHD);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 6, 6, 0, ALGO_AUTO), ALGO_RING);
   EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 1, 0, ALGO_AUTO), ALGO_RING);
   EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 6, 1, 0, ALGO_AUTO), ALGO_RING);
   // mid sizes: halving-doubling's fewer steps, on any rank count

@@ -24,7 +24,7 @@ static struct transport* make_transport(uint64_t id, int64_t timeout_ms) {
   int level = MPI_THREAD_SINGLE;
   MPI_Query_thread(&level);
   struct transport* tp = NULL;
-  MC_OK(mpi_transport_create(&tp, dup, id, timeout_ms, level), NULL);
+  MC_OK(mpi_transport_create(&tp, dup, id, timeout_ms, level, 0), NULL);
   if (!tp) MPI_Abort(MPI_COMM_WORLD, 2);
   return tp;
 }
