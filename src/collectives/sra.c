@@ -44,8 +44,8 @@
  * Workspace: 2p frame slots, plus one or two fp32 chunks.
  *
  * reducescatter_sra is phase 1 over p slots of a->count elements (the sum S is the
- * result, not re-encoded); allgather_frames is phase 2 with every rank's whole
- * input as its frame. Chunks or slots of 0 elements are not sent: both sides know
+ * result, not re-encoded); allgather_frames is phase 2, the ring, with every rank's
+ * whole input as its frame. Chunks or slots of 0 elements are not sent: both sides know
  * the lengths. */
 #include <string.h>
 
@@ -104,9 +104,9 @@ static gcclResult_t wait_sends(struct transport* tp, const struct sra_work* w, i
 }
 
 /* Where a chunk or slot lies: allreduce cuts a->count into p chunks, reduce-scatter
- * has p slots of a->count. */
+ * and allgather have p slots of a->count. */
 static void part_of(const struct coll_args* a, int p, int j, size_t* off, size_t* len) {
-  if (a->kind == COLL_REDUCESCATTER) {
+  if (a->kind != COLL_ALLREDUCE) {
     *off = (size_t)j * a->count;
     *len = a->count;
   } else {
@@ -171,11 +171,11 @@ static gcclResult_t frames_ring(struct coll_ctx* ctx, const struct coll_args* a,
   for (int s = 0; s < p; s++) {
     int want = (me - s - 1 + p) % p; /* arrives from prev at this step */
     size_t hoff, hlen;
-    coll_chunk(a->count, p, have, &hoff, &hlen);
+    part_of(a, p, have, &hoff, &hlen);
     unsigned char* frame = have == me ? out_frame(w, me) : in_frame(w, have);
     tp_req recv = -1;
     if (s < p - 1) {
-      coll_chunk(a->count, p, want, &off, &len);
+      part_of(a, p, want, &off, &len);
       if (len) GCCL_CHECK(tp->ops->irecv_upto(tp, prev, in_frame(w, want), w->slot, &w->got[want], &recv));
       /* the last step only decodes: the frame has gone round */
       if (hlen) GCCL_CHECK(tp->ops->isend(tp, next, frame, w->got[have], &w->sreq[next]));
@@ -209,31 +209,11 @@ gcclResult_t allreduce_sra(struct coll_ctx* ctx, const struct coll_args* a) {
 }
 
 gcclResult_t allgather_frames(struct coll_ctx* ctx, const struct coll_args* a) {
-  struct transport* tp = ctx->tp;
-  struct gcclCompressor* c = a->comp;
-  int p = ctx->nranks, me = ctx->rank;
-  size_t n = a->count, slot_bytes = n * dtype_size(a->dt), bytes;
-  unsigned char* out = a->recvbuff;
+  size_t n = a->count, bytes;
   struct sra_work w;
-  GCCL_CHECK(sra_work_get(ctx, compressor_bound_f32(c, n), 0, a->dt == gcclFloat32 ? 0 : n, &w));
-
-  for (int k = 1; k < p; k++) {
-    int j = (me - k + p) % p;
-    GCCL_CHECK(tp->ops->irecv_upto(tp, j, in_frame(&w, j), w.slot, &w.got[j], &w.rreq[j]));
-  }
+  GCCL_CHECK(sra_work_get(ctx, compressor_bound_f32(a->comp, n), 0, a->dt == gcclFloat32 ? 0 : n, &w));
   /* in place, sendbuff is this rank's slot of recvbuff: encode before any decode */
-  GCCL_CHECK(
-      compressor_encode_f32(c, a->sendbuff, a->dt, a->comp_first, n, EF_ADD, 0, out_frame(&w, me), w.slot, &bytes));
-  for (int k = 1; k < p; k++) {
-    int j = (me + k) % p;
-    GCCL_CHECK(tp->ops->isend(tp, j, out_frame(&w, me), bytes, &w.sreq[j]));
-  }
-  /* own slot from the own frame too: every rank holds the same bits there */
-  GCCL_CHECK(frame_decode_f32_to(out_frame(&w, me), bytes, out + (size_t)me * slot_bytes, a->dt, n, w.stage));
-  for (int k = 1; k < p; k++) {
-    int j = (me - k + p) % p;
-    GCCL_CHECK(coll_wait(tp, &w.rreq[j]));
-    GCCL_CHECK(frame_decode_f32_to(in_frame(&w, j), w.got[j], out + (size_t)j * slot_bytes, a->dt, n, w.stage));
-  }
-  return wait_sends(tp, &w, p);
+  GCCL_CHECK(compressor_encode_f32(a->comp, a->sendbuff, a->dt, a->comp_first, n, EF_ADD, 0, out_frame(&w, ctx->rank),
+                                   w.slot, &bytes));
+  return frames_ring(ctx, a, &w, bytes);
 }
