@@ -256,7 +256,12 @@ AGENT=$TMP/ns-agent
   for ((k = 0; k < N; k++)); do echo "  ${HOSTS[k]}) ns=$(ns_name $k) ;;"; done
   echo '  *) echo "ns-agent: unknown host $host" >&2; exit 1 ;;'
   echo 'esac'
-  echo 'exec ip netns exec "$ns" /bin/sh -c "$*"'
+  # Each launch is logged, with its exit status, for a launch that stalls.
+  echo "echo \"\$(date +%T.%N) \$host: start\" >>$TMP/agent.log"
+  echo 'ip netns exec "$ns" /bin/sh -c "$*"'
+  echo 'rc=$?'
+  echo "echo \"\$(date +%T.%N) \$host: exit \$rc\" >>$TMP/agent.log"
+  echo 'exit $rc'
 } >"$AGENT"
 chmod +x "$AGENT"
 for h in "${HOSTS[@]}"; do echo "$h slots=1"; done >"$TMP/hostfile"
@@ -282,8 +287,40 @@ ARGS=(--mpi allreduce -d float -o sum -b "$SIZE" -e "$SIZE" -n "$ITERS" -m -w 1 
   echo "# machine: $(nproc) cores; load before the run: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# ip netns exec $(ns_name 0) ${MPIRUN[*]} $BENCH ${ARGS[*]}"
 } | tee "$OUTDIR/testbed.txt" >&2
-timeout -k 10 "$LIMIT" ip netns exec "$(ns_name 0)" "${MPIRUN[@]}" "$BENCH" "${ARGS[@]}" >>"$OUTDIR/testbed.txt" 2>&1 &
-MPIRUN_PID=$!
+# Kills the run's mpirun and every process it left in the namespaces.
+stop_run() {
+  kill -TERM "$MPIRUN_PID" 2>/dev/null || true
+  wait "$MPIRUN_PID" 2>/dev/null || true
+  local k pid
+  for ((k = 0; k < N; k++)); do
+    for pid in $(ip netns pids "$(ns_name $k)" 2>/dev/null || true); do kill -KILL "$pid" 2>/dev/null || true; done
+  done
+  sleep 1
+}
+# About one launch in 20 stalled here: one of the N daemons (orted) never came up
+# and mpirun waited for it forever, the bench never started. A launch that has
+# printed nothing of gccl-bench's after LAUNCH_S is stopped and made again (at
+# most twice); the agent's log of that launch goes to stderr.
+LAUNCH_S=90
+header_lines=$(wc -l <"$OUTDIR/testbed.txt")
+for attempt in 1 2 3; do
+  : >"$TMP/agent.log"
+  timeout -k 10 "$LIMIT" ip netns exec "$(ns_name 0)" "${MPIRUN[@]}" "$BENCH" "${ARGS[@]}" >>"$OUTDIR/testbed.txt" 2>&1 &
+  MPIRUN_PID=$!
+  started=0
+  for ((t = 0; t < LAUNCH_S * 2; t++)); do
+    if (($(wc -l <"$OUTDIR/testbed.txt") > header_lines)) || ! kill -0 "$MPIRUN_PID" 2>/dev/null; then
+      started=1
+      break
+    fi
+    sleep 0.5
+  done
+  ((started)) && break
+  echo "netns-testbed: launch $attempt printed nothing in $LAUNCH_S s; its daemons' launches:" >&2
+  cat "$TMP/agent.log" >&2
+  stop_run
+  ((attempt < 3)) || { MPIRUN_PID=""; echo "netns-testbed: no launch started; giving up" >&2; exit 1; }
+done
 status=0
 wait "$MPIRUN_PID" || status=$?
 MPIRUN_PID=""
