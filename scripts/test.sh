@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every test: a Release build, an ASan+UBSan build and a TSan build, each under
-# ctest, plus an install check (find_package and pkg-config) and a minute of
-# fuzzing. Installs what is missing.
+# ctest, the Python tests (pytest) on the Release library, plus an install check
+# (find_package and pkg-config) and a minute of fuzzing. Installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -16,6 +16,12 @@ build_and_test() { # name, cmake args...
 }
 
 build_and_test release -DCMAKE_BUILD_TYPE=Release
+
+# The Python binding, DDP hooks (torch.multiprocessing, gloo; mpirun for the MPI
+# mode) and a short convergence run, on the Release library with Debian's
+# interpreter (its packages: python3-torch, ...).
+echo "=== python"
+GCCL_LIBRARY="$PWD/build-release/libgccl.so" /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests
 build_and_test asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGCCL_SANITIZE=address -DGCCL_BUILD_BENCH=OFF
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   build_and_test tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGCCL_SANITIZE=thread -DGCCL_BUILD_BENCH=OFF

@@ -1,0 +1,114 @@
+"""Compressors (a codec plus the error-feedback residual of one tensor) and the
+codec-only API: encode a tensor into a frame, decode-accumulate a frame."""
+
+import ctypes
+import threading
+
+import numpy as np
+
+from . import _buffers as B
+from ._lib import check, lib
+from .errors import GcclInvalidArgument, GcclInvalidUsage
+
+
+class Compressor:
+    """Compresses one tensor of `count` elements of `dtype` with codec `spec`
+    ("topk:ratio=0.01", "uniform:bits=4", "sign", "fp16", "none", ...; README,
+    "Codecs"). Holds the tensor's error-feedback residual between calls."""
+
+    def __init__(self, spec, count, dtype="float32"):
+        if not isinstance(spec, str):
+            raise GcclInvalidArgument("invalid argument", "spec must be a str, not %s" % type(spec).__name__)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise GcclInvalidArgument("invalid argument", "count must be an int >= 0, not %r" % (count,))
+        self.spec, self.count, self.dtype = spec, count, B.dtype_code(dtype)
+        self._lock = threading.Lock()
+        h = ctypes.c_void_p()
+        check(lib.gcclCompressorCreate(ctypes.byref(h), spec.encode(), count, self.dtype))
+        self._h = h
+
+    def _handle(self):
+        if self._h.value is None:
+            raise GcclInvalidUsage("invalid usage", "the compressor was destroyed")
+        return self._h
+
+    def destroy(self):
+        with self._lock:
+            if self._h.value is not None:
+                h, self._h = self._h, ctypes.c_void_p()
+                check(lib.gcclCompressorDestroy(h))
+
+    def __del__(self):
+        try:
+            self.destroy()
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+
+    def _check_tensor(self, b, what):
+        if b.dtype != self.dtype or b.count != self.count:
+            raise GcclInvalidArgument("invalid argument", "%s is %d x %s; the compressor was made for %d x %s" % (
+                what, b.count, B.DTYPE_NAMES[b.dtype], self.count, B.DTYPE_NAMES[self.dtype]))
+
+    @property
+    def encode_bound(self):
+        """The largest frame encode() writes, in bytes."""
+        n = ctypes.c_size_t()
+        check(lib.gcclEncodeBound(self._handle(), ctypes.byref(n)))
+        return n.value
+
+    def encode(self, src, out=None):
+        """Encodes src (the compressor's tensor), updating the residual. Returns the
+        frame, a uint8 numpy array (a view of `out` when given: >= encode_bound bytes)."""
+        s = B.as_buffer(src, "src")
+        self._check_tensor(s, "src")
+        if out is None:
+            out = np.empty(self.encode_bound, dtype=np.uint8)
+        o = B.as_buffer(out, "out", writable=True)
+        if o.dtype not in (B.UINT8, B.INT8):
+            raise GcclInvalidArgument("invalid argument", "out must hold bytes (uint8)")
+        size = ctypes.c_size_t()
+        with self._lock:
+            check(lib.gcclEncode(self._handle(), s.ptr, o.ptr, o.count, ctypes.byref(size)))
+        return out[:size.value]
+
+    def get_residual(self, out=None):
+        """Copies the error-feedback residual (zeros without error feedback) into out
+        (an array or tensor of the compressor's count and dtype; a new numpy array
+        when None, a torch tensor for bfloat16) and returns it."""
+        if out is None:
+            if self.dtype == B.BFLOAT16:
+                import torch
+                out = torch.zeros(self.count, dtype=torch.bfloat16)
+            else:
+                out = np.zeros(self.count, dtype=np.dtype(B.DTYPE_NAMES[self.dtype]))
+        o = B.as_buffer(out, "out", writable=True)
+        self._check_tensor(o, "out")
+        with self._lock:
+            check(lib.gcclCompressorGetResidual(self._handle(), o.ptr))
+        return out
+
+    def set_residual(self, values):
+        """Replaces the residual (checkpoint restore); GcclInvalidUsage without error feedback."""
+        if B.is_torch(values):
+            values = values.detach().cpu().contiguous()
+        b = B.as_buffer(values, "residual")
+        self._check_tensor(b, "residual")
+        with self._lock:
+            check(lib.gcclCompressorSetResidual(self._handle(), b.ptr))
+
+
+def decode_accumulate(frame, dst):
+    """Validates frame completely, then dst += its decoded tensor (dst: the frame's
+    count and datatype). GcclCorruptData, dst untouched, for a bad frame."""
+    f = B.as_buffer(frame, "frame")
+    if f.dtype not in (B.UINT8, B.INT8):
+        raise GcclInvalidArgument("invalid argument", "frame must hold bytes (uint8)")
+    d = B.as_buffer(dst, "dst", writable=True)
+    check(lib.gcclDecodeAccumulate(f.ptr, f.count, d.ptr, d.count, d.dtype))
+    return dst
