@@ -117,6 +117,10 @@ def hook_values(rank, world, port, out):
         for n in [1, 2, 3, 7, 13, 1031]:
             t = (torch.arange(n) % 5 + rank * 2).float() * world  # averages stay integers
             got[(spec, n)] = gt.gccl_hook(state, Bucket(0, t.clone())).wait()
+        # buckets of other dtypes take the all_gather path, accumulating in their dtype
+        for dtype in (torch.float64, torch.bfloat16)[:1 if spec == "none" else 2]:  # gloo has no bf16 sum
+            t = (torch.arange(13) % 5 + rank * 2).to(dtype) * world
+            got[(spec, str(dtype))] = gt.gccl_hook(state, Bucket(0, t.clone())).wait()
         # a new layout at the same index replaces the compressor (residual reset)
         got[(spec, "resets")] = state.resets
         state.close()

@@ -51,8 +51,12 @@ def test_hook_values_and_residual_reset(tmp_path):
             for n in [1, 2, 3, 7, 13, 1031]:
                 exact = sum((torch.arange(n) % 5 + q * 2).float() * world for q in range(world)) / world
                 assert torch.equal(res[r][(spec, n)], exact), (spec, n, r)
-            # buckets of other sizes at index 0 replace its compressor ("none" has none)
-            assert res[r][(spec, "resets")] == (5 if spec != "none" else 0)
+            for dtype in (torch.float64, torch.bfloat16)[:1 if spec == "none" else 2]:
+                exact = sum((torch.arange(13) % 5 + q * 2).double() * world for q in range(world)) / world
+                got = res[r][(spec, str(dtype))]
+                assert got.dtype == dtype and torch.equal(got.double(), exact), (spec, dtype, r)
+            # buckets of other layouts at index 0 replace its compressor ("none" has none)
+            assert res[r][(spec, "resets")] == (7 if spec != "none" else 0)
         before = res[r]["residual_before"]
         assert before.numel() == 100 and float(before.abs().sum()) > 0
         after = res[r]["residual_after_rebuild"]
