@@ -214,6 +214,17 @@ pick_subnet() {
 
 # ---- the network ------------------------------------------------------------------------
 
+# A container may forbid namespaces or lack tbf: that is a skip too, found out with a
+# throw-away namespace before anything else is made.
+probe=$NS_PREFIX-probe-$TAG
+ip netns add "$probe" 2>/dev/null || { echo "netns-testbed: cannot make network namespaces here: skipped" >&2; exit 77; }
+if ! ip netns exec "$probe" tc qdisc add dev lo root tbf rate 1gbit burst 256kb latency 20ms 2>/dev/null; then
+  ip netns del "$probe"
+  echo "netns-testbed: tc tbf is not available here: skipped" >&2
+  exit 77
+fi
+ip netns del "$probe"
+
 remove_stale
 NET=$(pick_subnet) || { echo "netns-testbed: no free 10.147.K.0/24" >&2; exit 1; }
 SUBNET=$NET.0/24
