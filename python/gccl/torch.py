@@ -96,13 +96,14 @@ class _SraBucket:
     owner's residual), and the owner's re-encoder without error feedback. Looks like
     a Compressor to the state: residual of the whole bucket, destroy."""
 
-    def __init__(self, spec, n, p, me):
+    def __init__(self, spec_of, n, p, me):
+        """spec_of(k): the spec of compressor k (chunks 0..p-1, then the owner's)."""
         self.chunks = [_chunk(n, p, r) for r in range(p)]
-        self.comps = [Compressor(spec, length) for _, length in self.chunks]
-        self.owner = Compressor(_without_ef(spec), self.chunks[me][1])
-        self.ef = _ef_on(spec)
+        self.comps = [Compressor(spec_of(j), length) for j, (_, length) in enumerate(self.chunks)]
+        self.owner = Compressor(_without_ef(spec_of(p)), self.chunks[me][1])
+        self.ef = _ef_on(spec_of(p))
 
-    def get_residual(self, out=None):
+    def get_residual(self):
         return np.concatenate([c.get_residual() for c in self.comps])
 
     def set_residual(self, values):
@@ -160,13 +161,16 @@ class GcclHookState:
         else:
             self.rank = dist.get_rank(process_group)
             self.world_size = dist.get_world_size(process_group)
-        self._rank_spec = self._spec_for_rank(spec)
 
-    def _spec_for_rank(self, spec):
-        codec = spec.split(":", 1)[0].strip().lower()
-        if self.transport != "torch" or codec not in _STOCHASTIC or re.search(r"(^|[:,])\s*seed\s*=", spec):
+    def _stream_spec(self, k):
+        """The spec of this rank's k-th compressor of a bucket. Through the codec-only
+        API every process is rank 0, so a stochastic codec's compressors get seeds of
+        their own (rank and k), unless the user's spec fixed one: otherwise every rank
+        and chunk would round with the same random numbers."""
+        spec = self.spec
+        if self.transport != "torch" or _codec(spec) not in _STOCHASTIC or re.search(r"(^|[:,])\s*seed\s*=", spec):
             return spec
-        return spec + ("," if ":" in spec else ":") + "seed=%d" % (self.rank + 1)
+        return spec + ("," if ":" in spec else ":") + "seed=%d" % (1 + self.rank * 65536 + k)
 
     # ---- compressors and residuals ------------------------------------------------------
 
@@ -182,10 +186,9 @@ class GcclHookState:
             old[1].destroy()
             self.resets += 1
         if self._uses_sra(bucket):
-            c = _SraBucket(self._rank_spec, fp[0], self.world_size, self.rank)
+            c = _SraBucket(self._stream_spec, fp[0], self.world_size, self.rank)
         else:
-            spec = self.spec if self.transport == "gccl" else self._rank_spec
-            c = Compressor(spec, fp[0], bucket.buffer().dtype)
+            c = Compressor(self._stream_spec(0), fp[0], bucket.buffer().dtype)
         pending = self._pending.get(idx)
         if pending is not None and pending[0] == fp:
             c.set_residual(pending[1])
