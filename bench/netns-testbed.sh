@@ -218,6 +218,11 @@ pick_subnet() {
 # throw-away namespace before anything else is made.
 probe=$NS_PREFIX-probe-$TAG
 ip netns add "$probe" 2>/dev/null || { echo "netns-testbed: cannot make network namespaces here: skipped" >&2; exit 77; }
+if ! err=$(ip netns exec "$probe" true 2>&1); then # e.g. in a chroot, whose / is no mount point
+  ip netns del "$probe"
+  echo "netns-testbed: cannot run commands in a network namespace here ($err): skipped" >&2
+  exit 77
+fi
 if ! ip netns exec "$probe" tc qdisc add dev lo root tbf rate 1gbit burst 256kb latency 20ms 2>/dev/null; then
   ip netns del "$probe"
   echo "netns-testbed: tc tbf is not available here: skipped" >&2
