@@ -280,8 +280,9 @@ class GcclHookState:
         return work.get_future().then(decode)
 
     def _gather_frames(self, frame):
-        """all_gather of one frame per rank (padded to the longest); returns the
-        padded frames, their lengths and the async work."""
+        """all_gather of one frame per rank, padded to the longest; returns every
+        rank's frame (a view trimmed to its length, filled when the work completes)
+        and the async work."""
         p = self.world_size
         sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(p)]
         dist.all_gather(sizes, torch.tensor([frame.numel()], dtype=torch.int64), group=self.process_group)
