@@ -50,8 +50,10 @@ def get_unique_id():
 
 
 # MPI communicators must be destroyed before MPI_Finalize, which mpi4py calls at
-# exit; atexit runs this first when the binding registered after mpi4py loaded.
+# exit; registered on the first Comm.from_mpi (after mpi4py is loaded), atexit
+# runs it first.
 _live_mpi = weakref.WeakSet()
+_exit_hook = []  # [True] once _destroy_live_mpi is registered
 
 
 def _destroy_live_mpi():
@@ -103,8 +105,9 @@ class Comm:
         h = ctypes.c_void_p()
         check(lib.gcclCommInitMpi(ctypes.byref(h), ctypes.c_void_p(MPI._handleof(mpi_comm))))
         c = cls(h.value, mpi=True)
-        if not _live_mpi:
+        if not _exit_hook:
             atexit.register(_destroy_live_mpi)
+            _exit_hook.append(True)
         _live_mpi.add(c)
         return c
 
@@ -115,19 +118,23 @@ class Comm:
             raise GcclInvalidUsage("invalid usage", "the communicator was destroyed")
         return self._h
 
+    def _take_handle(self):
+        """The handle, once: later calls get None (destroy and abort are idempotent)."""
+        with self._lock:
+            h, self._h = self._h, ctypes.c_void_p()
+        return h if h.value is not None else None
+
     def destroy(self):
         """Frees this rank's communicator (not collective). Idempotent."""
-        with self._lock:
-            if self._h.value is not None:
-                h, self._h = self._h, ctypes.c_void_p()
-                check(lib.gcclCommDestroy(h))
+        h = self._take_handle()
+        if h is not None:
+            check(lib.gcclCommDestroy(h))
 
     def abort(self):
         """Stops every rank of the communicator (blocked calls raise GcclRemoteError) and frees it."""
-        with self._lock:
-            if self._h.value is not None:
-                h, self._h = self._h, ctypes.c_void_p()
-                check(lib.gcclCommAbort(h))
+        h = self._take_handle()
+        if h is not None:
+            check(lib.gcclCommAbort(h))
 
     def __enter__(self):
         return self

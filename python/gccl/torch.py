@@ -354,7 +354,7 @@ def gccl_hook(state, bucket):
     state.spec after state.start_iter dense iterations."""
     buf = bucket.buffer()
     dense = (state.iter < state.start_iter or buf.numel() < state.min_compress_numel
-             or state.spec.split(":", 1)[0].strip().lower() == "none" or state._awaits_layout(bucket))
+             or _codec(state.spec) == "none" or state._awaits_layout(bucket))
     if bucket.is_last():
         state.iter += 1
     return state._dense(buf) if dense else state._compressed(bucket)
