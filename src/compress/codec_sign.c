@@ -30,8 +30,9 @@
 #include <string.h>
 
 #include "common/result.h"
-#include "compress/codec.h"
 #include "compress/bucket.h"
+#include "compress/codec.h"
+#include "compress/codec_math.h"
 #include "compress/codec_util.h"
 #include "compress/crc32c.h"
 
@@ -63,26 +64,20 @@ static size_t sign_payload_bound(const struct codec_spec* s, size_t n) {
   return bucket_payload_bound(n, s->bucket, 4, 1);
 }
 
-static uint32_t f32_bits(float v) {
-  uint32_t u;
-  memcpy(&u, &v, 4);
-  return u;
-}
-
 /* ---- portable scalar kernels --------------------------------------------------- */
 
 /* Codes of v[0, m) (finite) at codes, and with resid, resid[j] = v[j] - dec[j]. */
 static void sign_codes_scalar(const float* v, size_t m, float scale, unsigned char* codes, float* resid) {
   memset(codes, 0, (m + 7) / 8);
   for (size_t j = 0; j < m; j++) {
-    uint32_t bit = f32_bits(v[j]) >> 31;
+    uint32_t bit = sign_bit(v[j]);
     codes[j / 8] |= (unsigned char)(bit << (j % 8));
-    if (resid) resid[j] = v[j] - (bit ? -scale : scale);
+    if (resid) resid[j] = v[j] - sign_dequant(bit, scale);
   }
 }
 
 static void sign_expand_scalar(const unsigned char* codes, size_t m, float scale, float* out) {
-  for (size_t j = 0; j < m; j++) out[j] = ((codes[j / 8] >> (j % 8)) & 1) ? -scale : scale;
+  for (size_t j = 0; j < m; j++) out[j] = sign_dequant((codes[j / 8] >> (j % 8)) & 1, scale);
 }
 
 /* ---- AVX2 kernels (bit-identical to the scalar ones) ----------------------------- */
@@ -196,7 +191,7 @@ static gcclResult_t sign_encode_bucket(struct encode_ctx* ctx, struct bucket_sta
   }
   if (!simd) sum = canon_sum_abs(v, m);
   size_t nf = m - (exc->n - nexc0);
-  float scale = nf ? sum / (float)nf : 0.0f;
+  float scale = sign_scale(sum, nf);
   if (!f32_finite(scale)) {
     GCCL_CHECK(exc_push_range(exc, base, m));
     put_f32(out, 0.0f);

@@ -38,8 +38,9 @@
 #include <string.h>
 
 #include "common/result.h"
-#include "compress/codec.h"
 #include "compress/bucket.h"
+#include "compress/codec.h"
+#include "compress/codec_math.h"
 #include "compress/codec_util.h"
 #include "compress/crc32c.h"
 #include "compress/rng.h"
@@ -57,11 +58,6 @@
  * (a second pass over the payload would read it back from L3). */
 #define UQ_CRC_SPAN 4096
 
-/* The quantizer of one bucket (see the formulas above). */
-struct uq_bucket {
-  float mn, step, inv, lf;
-};
-
 static int have_avx2(void) {
 #ifdef UQ_HAVE_X86
   return !codec_force_scalar && __builtin_cpu_supports("avx2");
@@ -77,20 +73,6 @@ static int uq_payload_size(uint64_t count, uint64_t bucket, unsigned bits, uint6
 
 static size_t uq_payload_bound(const struct codec_spec* s, size_t n) {
   return bucket_payload_bound(n, s->bucket, 8, s->bits);
-}
-
-/* Fills *p for a bucket with finite min <= max; returns 0 if its range overflows
- * (r or min + L * step not finite: the bucket cannot be sent). */
-static int uq_bucket_make(float mn, float mx, unsigned bits, struct uq_bucket* p) {
-  float lf = (float)((1u << bits) - 1);
-  float r = mx - mn;
-  float step = r / lf;
-  float inv = r > 0.0f ? lf / r : 0.0f;
-  p->mn = mn;
-  p->step = step;
-  p->inv = f32_finite(inv) ? inv : 0.0f;
-  p->lf = lf;
-  return f32_finite(r) && f32_finite(mn + lf * step);
 }
 
 /* ---- portable scalar kernels --------------------------------------------------- */
@@ -115,17 +97,6 @@ static int uq_minmax_scalar(const float* x, size_t m, float* mn, float* mx) {
   return all;
 }
 
-static inline uint32_t uq_quant(float v, const struct uq_bucket* p, float u) {
-  float t = (v - p->mn) * p->inv + u;
-  t = t > 0.0f ? t : 0.0f; /* t is never NaN: v - mn finite, inv finite */
-  t = t < p->lf ? t : p->lf;
-  return (uint32_t)t;
-}
-
-static inline float uq_dequant(uint32_t q, const struct uq_bucket* p) {
-  return p->mn + (float)q * p->step;
-}
-
 /* Writes the codes of one group of up to 8 elements: w holds code k in byte k
  * (0 beyond r), packed to r * bits bits = ceil(r * bits / 8) bytes at out. */
 static inline void uq_put_group(uint64_t w, unsigned bits, unsigned char* out, size_t r) {
@@ -136,15 +107,6 @@ static inline void uq_put_group(uint64_t w, unsigned bits, unsigned char* out, s
   }
   size_t nb = (r * bits + 7) / 8;
   for (size_t i = 0; i < nb; i++) out[i] = (unsigned char)(acc >> (8 * i));
-}
-
-static inline uint32_t uq_get_code(const unsigned char* codes, size_t j, unsigned bits) {
-  size_t bit = j * bits;
-  size_t o = bit / 8;
-  unsigned s = (unsigned)(bit % 8);
-  uint32_t v = (uint32_t)codes[o] >> s;
-  if (s + bits > 8) v |= (uint32_t)codes[o + 1] << (8 - s); /* stays inside the bucket's codes */
-  return v & ((1u << bits) - 1);
 }
 
 /* Codes of v[0, m) (finite) at codes; with resid, resid[j] = v[j] - dec[j].

@@ -6,6 +6,7 @@
 
 #include "common/dtype.h"
 #include "common/result.h"
+#include "compress/codec_math.h"
 
 int codec_force_scalar;
 
@@ -42,19 +43,13 @@ int all_finite(const float* x, size_t m) {
   return bad == 0;
 }
 
-static float lanes_combine(float lane[16]) {
-  for (int w = 8; w >= 1; w /= 2)
-    for (int j = 0; j < w; j++) lane[j] += lane[j + w];
-  return lane[0];
-}
-
 float canon_sum_abs(const float* v, size_t m) {
   float lane[16] = {0};
   size_t i = 0;
   for (; i + 16 <= m; i += 16)
     for (int j = 0; j < 16; j++) lane[j] += fabsf(v[i + j]);
   for (int j = 0; i + (size_t)j < m; j++) lane[j] += fabsf(v[i + j]);
-  return lanes_combine(lane);
+  return canon_lanes_combine(lane);
 }
 
 float canon_sum_sq(const float* v, size_t m) {
@@ -63,7 +58,7 @@ float canon_sum_sq(const float* v, size_t m) {
   for (; i + 16 <= m; i += 16)
     for (int j = 0; j < 16; j++) lane[j] += v[i + j] * v[i + j];
   for (int j = 0; i + (size_t)j < m; j++) lane[j] += v[i + j] * v[i + j];
-  return lanes_combine(lane);
+  return canon_lanes_combine(lane);
 }
 
 float max_abs(const float* v, size_t m) {

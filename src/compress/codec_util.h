@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/float_bits.h"
 #include "compress/codec.h"
 #include "compress/spec.h"
 #include "gccl.h"
@@ -43,9 +44,7 @@ static inline uint64_t get_u64le(const unsigned char* p) {
 /* 1 when x is neither inf nor NaN (an exponent test: no FP exceptions raised,
  * and it cannot be optimised away the way x == x can under fast-math). */
 static inline int f32_finite(float x) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  return (u & 0x7F800000u) != 0x7F800000u;
+  return fb_finite(x);
 }
 
 /* Tests set this to 1 to make codecs take their portable scalar paths, which

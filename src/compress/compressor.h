@@ -79,17 +79,23 @@ gcclResult_t compressor_encode_f32(struct gcclCompressor* c, const void* src, gc
 
 /* acc[i] += float(src[i]) + e_old[first + i] for i < n — the part of its own
  * input a rank reduces without compressing it — and stages residual 0 there. */
-gcclResult_t compressor_accumulate_exact(struct gcclCompressor* c, const void* src, gcclDataType_t src_dt,
-                                         size_t first, size_t n, float* acc);
+gcclResult_t compressor_accumulate_exact(struct gcclCompressor* c, const void* src, gcclDataType_t src_dt, size_t first,
+                                         size_t n, float* acc);
 
 /* Stages the current residual unchanged for a range this rank does not encode. */
 gcclResult_t compressor_stage_keep(struct gcclCompressor* c, size_t first, size_t n);
 
+/* Validates a whole frame (header, CRC, payload, exceptions list) for a tensor
+ * of count elements of dt and fills *h; gcclCorruptData on any inconsistency.
+ * What frame_decode_accumulate checks first; the GPU decoder checks with it
+ * before it copies a frame to the device. */
+gcclResult_t frame_check(const void* frame, size_t frame_bytes, size_t count, gcclDataType_t dt,
+                         struct frame_header* h);
+
 /* The codec-agnostic decoder: validates the whole frame (header, CRC, payload,
  * exceptions) and only then adds it into dst (count elements of dt).
  * gcclCorruptData on any inconsistency, dst untouched. */
-gcclResult_t frame_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count,
-                                     gcclDataType_t dt);
+gcclResult_t frame_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count, gcclDataType_t dt);
 
 /* Writes an fp32 frame's n decoded elements to out (dtype dt): straight into out
  * when dt is fp32, else decoded into the fp32 area `stage` and rounded once by

@@ -37,38 +37,48 @@ static void add_raw(void* dst, gcclDataType_t dt, size_t i, const unsigned char*
   }
 }
 
-gcclResult_t frame_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count,
-                                     gcclDataType_t dt) {
+gcclResult_t frame_check(const void* frame, size_t frame_bytes, size_t count, gcclDataType_t dt,
+                         struct frame_header* out) {
   struct frame_header h;
   GCCL_CHECK(frame_validate(frame, frame_bytes, count, dt, &h));
   const unsigned char* payload = (const unsigned char*)frame + FRAME_HEADER_BYTES;
-  if (h.flags & FRAME_FLAG_RAW) { /* frame_validate checked its size */
+  if (!(h.flags & FRAME_FLAG_RAW)) { /* frame_validate checked a raw frame's size */
+    if (h.codec == CODEC_NONE && h.exceptions != 0)
+      return err_set(gcclCorruptData, "corrupt frame: codec none with %llu exceptions",
+                     (unsigned long long)h.exceptions);
+    GCCL_CHECK(codec_ops_for(h.codec)->validate(&h, payload));
+    /* The exceptions list: indices strictly increasing and in range. */
+    size_t entry = frame_exception_bytes(dt);
+    const unsigned char* e = payload + h.payload_bytes;
+    for (size_t j = 0; j < (size_t)h.exceptions; j++) {
+      uint64_t idx = get_u64le(e + j * entry), prev = j ? get_u64le(e + (j - 1) * entry) : 0;
+      if (idx >= count || (j > 0 && idx <= prev))
+        return err_set(gcclCorruptData, "corrupt frame: exception %zu has index %llu (count %zu, previous %llu)", j,
+                       (unsigned long long)idx, count, (unsigned long long)prev);
+    }
+  }
+  *out = h;
+  return gcclSuccess;
+}
+
+gcclResult_t frame_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count,
+                                     gcclDataType_t dt) {
+  struct frame_header h;
+  GCCL_CHECK(frame_check(frame, frame_bytes, count, dt, &h));
+  const unsigned char* payload = (const unsigned char*)frame + FRAME_HEADER_BYTES;
+  if (h.flags & FRAME_FLAG_RAW) {
     raw_accumulate(dst, payload, count, dt);
     return gcclSuccess;
   }
-  const struct codec_ops* ops = codec_ops_for(h.codec);
-  if (h.codec == CODEC_NONE && h.exceptions != 0)
-    return err_set(gcclCorruptData, "corrupt frame: codec none with %llu exceptions", (unsigned long long)h.exceptions);
-  GCCL_CHECK(ops->validate(&h, payload));
-
-  /* The exceptions list: indices strictly increasing and in range. */
   size_t nexc = (size_t)h.exceptions, entry = frame_exception_bytes(dt);
   const unsigned char* e = payload + h.payload_bytes;
   uint64_t* exc = NULL;
   if (nexc > 0) {
     exc = malloc(nexc * sizeof *exc); /* rare: only inputs with non-finite values */
     if (exc == NULL) return err_set(gcclSystemError, "out of memory decoding %zu exceptions", nexc);
-    for (size_t j = 0; j < nexc; j++) {
-      exc[j] = get_u64le(e + j * entry);
-      if (exc[j] >= count || (j > 0 && exc[j] <= exc[j - 1])) {
-        unsigned long long idx = exc[j], prev = j ? exc[j - 1] : 0;
-        free(exc);
-        return err_set(gcclCorruptData, "corrupt frame: exception %zu has index %llu (count %zu, previous %llu)", j,
-                       idx, count, prev);
-      }
-    }
+    for (size_t j = 0; j < nexc; j++) exc[j] = get_u64le(e + j * entry);
   }
-  gcclResult_t res = ops->decode_accumulate(&h, payload, exc, nexc, dst);
+  gcclResult_t res = codec_ops_for(h.codec)->decode_accumulate(&h, payload, exc, nexc, dst);
   if (res == gcclSuccess)
     for (size_t j = 0; j < nexc; j++) add_raw(dst, dt, (size_t)exc[j], e + j * entry + 8);
   free(exc);

@@ -12,11 +12,13 @@
 
 #include <stdint.h>
 
+#include "common/hd.h"
+
 /* Stands for "every rank" in rng_key, so shared draws never collide with a rank's. */
 #define RNG_SHARED UINT64_C(0xFFFFFFFFFFFFFFFF)
 
 /* SplitMix64's finaliser (Steele et al. 2014): a bijection with full avalanche. */
-static inline uint64_t rng_mix64(uint64_t z) {
+static inline GCCL_HD uint64_t rng_mix64(uint64_t z) {
   z += UINT64_C(0x9E3779B97F4A7C15);
   z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
   z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
@@ -24,12 +26,12 @@ static inline uint64_t rng_mix64(uint64_t z) {
 }
 
 /* The key of one call: distinct (seed, call, rank) give unrelated streams. */
-static inline uint64_t rng_key(uint64_t seed, uint64_t call, uint64_t rank) {
+static inline GCCL_HD uint64_t rng_key(uint64_t seed, uint64_t call, uint64_t rank) {
   return rng_mix64(rng_mix64(rng_mix64(seed) ^ call) ^ rank);
 }
 
 /* MurmurHash3's 32-bit finaliser: a bijection on 32 bits. */
-static inline uint32_t rng_fmix32(uint32_t x) {
+static inline GCCL_HD uint32_t rng_fmix32(uint32_t x) {
   x ^= x >> 16;
   x *= 0x85EBCA6Bu;
   x ^= x >> 13;
@@ -41,7 +43,7 @@ static inline uint32_t rng_fmix32(uint32_t x) {
 /* 32 random bits for element `index` under `key`. Two rounds, each keyed by one
  * half of the key; the index's high half (tensors beyond 2^32 elements) is folded
  * into the second round. */
-static inline uint32_t rng_u32(uint64_t key, uint64_t index) {
+static inline GCCL_HD uint32_t rng_u32(uint64_t key, uint64_t index) {
   uint32_t x = rng_fmix32((uint32_t)index ^ (uint32_t)key);
   x ^= (uint32_t)(key >> 32) + (uint32_t)(index >> 32) * 0x9E3779B1u;
   return rng_fmix32(x);
@@ -49,7 +51,7 @@ static inline uint32_t rng_u32(uint64_t key, uint64_t index) {
 
 /* A uniform float in [0, 1) with 24 random bits: exactly representable, so
  * CPU and GPU agree. */
-static inline float rng_uniform(uint64_t key, uint64_t index) {
+static inline GCCL_HD float rng_uniform(uint64_t key, uint64_t index) {
   return (float)(rng_u32(key, index) >> 8) * 0x1p-24f;
 }
 

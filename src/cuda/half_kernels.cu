@@ -1,0 +1,59 @@
+// half_kernels.cu — fp16 and bf16 on the GPU: every element rounded to 16 bits,
+// to nearest even, with the integer conversions of float_bits.h (codec_half.c's
+// format and arithmetic; error feedback fused: one pass reads src and residual and
+// writes codes and the new residual).
+#include "cuda/device_math.cuh"
+#include "cuda/gpu_kernels.h"
+
+namespace {
+
+template <gcclDataType_t DT, bool BF16>
+__global__ void HalfEncode(const void* src, const float* resid_in, float* resid_out, size_t n, uint16_t* out) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    float x = gk::InputX<DT>(src, resid_in, i);
+    uint16_t h = BF16 ? fb_float_to_bf16(x) : fb_float_to_half(x);
+    out[i] = h;
+    if (resid_out) {
+      float back = BF16 ? fb_bf16_to_float(h) : fb_half_to_float(h);
+      resid_out[i] = fb_finite(x) ? __fsub_rn(x, back) : 0.0f;
+    }
+  }
+}
+
+template <gcclDataType_t DT, bool BF16>
+__global__ void HalfDecode(const uint16_t* in, size_t n, void* dst) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    gk::Accumulate<DT>(dst, i, BF16 ? fb_bf16_to_float(in[i]) : fb_half_to_float(in[i]));
+}
+
+}  // namespace
+
+extern "C" cudaError_t gk_half_encode(int bf16, const void* src, gcclDataType_t dt, const float* resid_in,
+                                      float* resid_out, size_t n, unsigned char* payload, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  uint16_t* out = reinterpret_cast<uint16_t*>(payload);  // the driver keeps payloads 16-byte aligned
+  return gk::DispatchFloat(dt, [&](auto tag) {
+    constexpr gcclDataType_t DT = decltype(tag)::value;
+    if (bf16)
+      HalfEncode<DT, true><<<gk::Blocks(n), gk::kThreads, 0, s>>>(src, resid_in, resid_out, n, out);
+    else
+      HalfEncode<DT, false><<<gk::Blocks(n), gk::kThreads, 0, s>>>(src, resid_in, resid_out, n, out);
+    return cudaGetLastError();
+  });
+}
+
+extern "C" cudaError_t gk_half_decode(int bf16, const unsigned char* payload, size_t n, void* dst, gcclDataType_t dt,
+                                      cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  const uint16_t* in = reinterpret_cast<const uint16_t*>(payload);
+  return gk::DispatchFloat(dt, [&](auto tag) {
+    constexpr gcclDataType_t DT = decltype(tag)::value;
+    if (bf16)
+      HalfDecode<DT, true><<<gk::Blocks(n), gk::kThreads, 0, s>>>(in, n, dst);
+    else
+      HalfDecode<DT, false><<<gk::Blocks(n), gk::kThreads, 0, s>>>(in, n, dst);
+    return cudaGetLastError();
+  });
+}
