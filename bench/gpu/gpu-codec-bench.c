@@ -39,6 +39,16 @@ static const char* const default_specs[] = {
     "uniform:bits=2,ef=1",
     "sign:ef=0",
     "sign",
+    "qsgd:bits=4",
+    "qsgd:bits=4,ef=1",
+    "qsgd:bits=8",
+    "terngrad",
+    "terngrad:ef=1",
+    "topk:ratio=0.01,ef=0",
+    "topk:ratio=0.01",
+    "topk:ratio=0.01,values=fp16,ef=0",
+    "randk:ratio=0.01,ef=0",
+    "randk:ratio=0.01",
 };
 #define N_DEFAULT_SPECS (sizeof default_specs / sizeof default_specs[0])
 #define MAX_SPECS 32

@@ -34,15 +34,17 @@
  * validate: exact size; every norm finite with its sign bit clear and s * step
  * finite; no code with neg set and l = 0; pad bits zero.
  *
- * The AVX2 paths compute the same bits as the scalar ones (tested).
+ * The per-element and per-bucket arithmetic is in codec_math.h (qs_*), shared
+ * with the CUDA kernels; the AVX2 paths compute the same bits as the scalar ones
+ * (tested).
  */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/result.h"
-#include "compress/codec.h"
 #include "compress/bucket.h"
+#include "compress/codec.h"
+#include "compress/codec_math.h"
 #include "compress/codec_util.h"
 #include "compress/crc32c.h"
 #include "compress/rng.h"
@@ -61,12 +63,6 @@
  * (a second pass over the payload would read it back from L3). */
 #define QS_CRC_SPAN 4096
 
-/* The quantizer of one bucket (see the formulas above); b = bits, w = b + 1. */
-struct qs_bucket {
-  float step, inv, sf;
-  unsigned b;
-};
-
 static int have_avx2(void) {
 #ifdef QS_HAVE_X86
   return !codec_force_scalar && __builtin_cpu_supports("avx2");
@@ -84,62 +80,7 @@ static size_t qs_payload_bound(const struct codec_spec* s, size_t n) {
   return bucket_payload_bound(n, s->bucket, 4, s->bits + 1);
 }
 
-/* Fills *p for a bucket of norm `norm`; returns 0 if norm or s * step is not
- * finite (the bucket cannot be sent). */
-static int qs_bucket_make(float norm, unsigned bits, struct qs_bucket* p) {
-  float sf = (float)((1u << bits) - 1);
-  float step = norm / sf;
-  float inv = norm > 0.0f ? sf / norm : 0.0f;
-  p->step = step;
-  p->inv = f32_finite(inv) ? inv : 0.0f;
-  p->sf = sf;
-  p->b = bits;
-  return f32_finite(norm) && f32_finite(sf * step);
-}
-
-static inline uint32_t f32_bits(float v) {
-  uint32_t u;
-  memcpy(&u, &v, 4);
-  return u;
-}
-
 /* ---- portable scalar kernels --------------------------------------------------- */
-
-static inline uint32_t qs_quant(float v, const struct qs_bucket* p, float u) {
-  float t = fabsf(v) * p->inv + u;
-  t = t < p->sf ? t : p->sf; /* t >= 0 and never NaN */
-  uint32_t l = (uint32_t)t;
-  uint32_t neg = l != 0 && (f32_bits(v) >> 31);
-  return l | neg << p->b;
-}
-
-static inline float qs_dequant(uint32_t code, const struct qs_bucket* p) {
-  float d = (float)(code & ((1u << p->b) - 1)) * p->step;
-  return (code >> p->b) ? -d : d;
-}
-
-/* Writes the codes c[0, r) (r <= 8) of w <= 9 bits as ceil(r * w / 8) bytes at out
- * (c[k] = 0 for k >= r, so pad bits are zero). */
-static inline void qs_put_group(const uint32_t c[8], unsigned w, unsigned char* out, size_t r) {
-  uint64_t lo = 0;
-  uint32_t hi = 0;
-  for (unsigned k = 0; k < 8; k++) {
-    unsigned sh = k * w; /* <= 63 */
-    lo |= (uint64_t)c[k] << sh;
-    if (sh + w > 64) hi = c[k] >> (64 - sh);
-  }
-  size_t nb = (r * w + 7) / 8;
-  for (size_t i = 0; i < nb; i++) out[i] = (unsigned char)(i < 8 ? lo >> (8 * i) : hi);
-}
-
-static inline uint32_t qs_get_code(const unsigned char* codes, size_t j, unsigned w) {
-  size_t bit = j * w;
-  size_t o = bit / 8;
-  unsigned s = (unsigned)(bit % 8);
-  uint32_t v = (uint32_t)codes[o] >> s;
-  if (s + w > 8) v |= (uint32_t)codes[o + 1] << (8 - s); /* s + w <= 16; inside the bucket's codes */
-  return v & ((1u << w) - 1);
-}
 
 /* Codes of v[0, m) (finite) at codes; with resid, resid[j] = v[j] - dec[j]. g0 is
  * the global index of v[0]. */
@@ -160,7 +101,7 @@ static void qs_codes_scalar(const float* v, size_t m, uint64_t g0, const struct 
 /* 1 if some code of the c at codes is neg with l = 0 (no encoder writes that). */
 static int qs_codes_bad_scalar(const unsigned char* codes, size_t c, unsigned b) {
   int bad = 0;
-  for (size_t j = 0; j < c; j++) bad |= qs_get_code(codes, j, b + 1) == 1u << b;
+  for (size_t j = 0; j < c; j++) bad |= packed_code_get(codes, j, b + 1) == 1u << b;
   return bad;
 }
 
@@ -188,7 +129,7 @@ static int qs_codes_bad_swar(const unsigned char* codes, size_t nbytes, unsigned
 }
 
 static void qs_expand_scalar(const unsigned char* codes, size_t c, const struct qs_bucket* p, float* out) {
-  for (size_t j = 0; j < c; j++) out[j] = qs_dequant(qs_get_code(codes, j, p->b + 1), p);
+  for (size_t j = 0; j < c; j++) out[j] = qs_dequant(packed_code_get(codes, j, p->b + 1), p);
 }
 
 /* ---- AVX2 kernels (bit-identical to the scalar ones) ----------------------------- */
@@ -419,7 +360,7 @@ __attribute__((target("avx2"), always_inline)) static inline void qs_expand_avx2
     _mm256_storeu_ps(out + j, d);
   }
   for (; j < c; j++) {
-    float d = qs_dequant(qs_get_code(codes, j, w), p);
+    float d = qs_dequant(packed_code_get(codes, j, w), p);
     if (add)
       out[j] += d;
     else
@@ -467,7 +408,7 @@ static gcclResult_t qs_encode_bucket(struct encode_ctx* ctx, struct bucket_state
 #endif
   }
   if (!simd) sum = canon_sum_sq(v, m);
-  float norm = sqrtf(sum);
+  float norm = qs_norm(sum);
   struct qs_bucket p;
   size_t code_bytes = (m * (bits + 1) + 7) / 8;
   if (!qs_bucket_make(norm, bits, &p)) {
@@ -547,7 +488,7 @@ static gcclResult_t qs_validate(const struct frame_header* h, const unsigned cha
     uint64_t m = h->count - base < h->bucket ? h->count - base : h->bucket;
     float norm = get_f32(p);
     struct qs_bucket q;
-    if ((f32_bits(norm) >> 31) || !qs_bucket_make(norm, bits, &q))
+    if ((fb_bits(norm) >> 31) || !qs_bucket_make(norm, bits, &q))
       return err_set(gcclCorruptData, "qsgd: bucket at element %llu has norm %g (must be finite and >= +0)",
                      (unsigned long long)base, (double)norm);
     size_t nbytes = (size_t)((m * w + 7) / 8);

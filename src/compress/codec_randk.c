@@ -38,20 +38,6 @@
 #include "compress/rng.h"
 #include "compress/topk.h"
 
-__extension__ typedef unsigned __int128 u128;
-
-static size_t draw(uint64_t key, size_t j, size_t lo, size_t span) {
-  uint64_t r = rng_u32(key, j);
-  if (span <= (UINT64_C(1) << 32)) return lo + (size_t)((r * span) >> 32);
-  r = r << 32 | rng_u32(key, UINT64_MAX - (uint64_t)j);
-  return lo + (size_t)(((u128)r * span) >> 64);
-}
-
-size_t randk_index(uint64_t key, size_t n, size_t k, size_t j) {
-  size_t lo = (size_t)((u128)j * n / k), hi = (size_t)((u128)(j + 1) * n / k);
-  return draw(key, j, lo, hi - lo);
-}
-
 /* Walks the strata in order without dividing: lo_j = j * q + floor(j * rem / k)
  * with n = q * k + rem, carrying j * rem mod k. */
 struct strata {
@@ -70,7 +56,7 @@ static void strata_init(struct strata* s, uint64_t key, size_t n, size_t k) {
 static inline size_t strata_next(struct strata* s) {
   size_t hi = s->lo + s->q, carry = s->carry + s->rem;
   if (carry >= s->k) carry -= s->k, hi++;
-  size_t idx = draw(s->key, s->j, s->lo, hi - s->lo);
+  size_t idx = randk_draw(s->key, s->j, s->lo, hi - s->lo);
   s->lo = hi;
   s->carry = carry;
   s->j++;

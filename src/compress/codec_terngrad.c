@@ -29,6 +29,8 @@
  * at exception indices.
  * validate: exact size, every scale finite with its sign bit clear, no code 3,
  * pad bits zero.
+ * The per-element arithmetic is in codec_math.h (tern_*), shared with the CUDA
+ * kernels; the AVX2 paths compute the same bits as the scalar ones (tested).
  */
 #include <immintrin.h>
 #include <math.h>
@@ -36,8 +38,9 @@
 #include <string.h>
 
 #include "common/result.h"
-#include "compress/codec.h"
 #include "compress/bucket.h"
+#include "compress/codec.h"
+#include "compress/codec_math.h"
 #include "compress/codec_util.h"
 #include "compress/crc32c.h"
 #include "compress/rng.h"
@@ -79,11 +82,6 @@ static uint32_t spread16(uint32_t b) {
   return b;
 }
 
-/* The decoded value of a (legal) code. */
-static float tern_value(unsigned c, float scale) {
-  return c == 0 ? 0.0f : c == 2 ? -scale : scale;
-}
-
 /* ---- portable scalar kernels --------------------------------------------------- */
 
 /* Codes of v[0, m) (finite) at global index base; with resid, resid[j] = v[j] - dec[j]. */
@@ -91,15 +89,14 @@ static void tern_codes_scalar(const float* v, size_t m, uint64_t base, uint64_t 
                               float* resid) {
   memset(codes, 0, (m + 3) / 4);
   for (size_t j = 0; j < m; j++) {
-    unsigned c = 0;
-    if (rng_uniform(key, base + j) * scale < fabsf(v[j])) c = signbit(v[j]) ? 2 : 1;
+    unsigned c = tern_code(v[j], scale, rng_uniform(key, base + j));
     codes[j / 4] |= (unsigned char)(c << (2 * (j % 4)));
     if (resid) resid[j] = v[j] - tern_value(c, scale);
   }
 }
 
 static void tern_expand_scalar(const unsigned char* codes, size_t m, float scale, float* out) {
-  for (size_t j = 0; j < m; j++) out[j] = tern_value((codes[j / 4] >> (2 * (j % 4))) & 3u, scale);
+  for (size_t j = 0; j < m; j++) out[j] = tern_value(tern_get_code(codes, j), scale);
 }
 
 /* ---- AVX2 kernels (bit-identical to the scalar ones) ----------------------------- */
@@ -226,7 +223,7 @@ __attribute__((target("avx2"))) static void tern_expand_add_f32_avx2(const unsig
   size_t j = 0;
   for (; j + 8 <= m; j += 8)
     _mm256_storeu_ps(dst + j, _mm256_add_ps(_mm256_loadu_ps(dst + j), tern_expand8_avx2(codes + j / 4, sc)));
-  for (; j < m; j++) dst[j] += tern_value((codes[j / 4] >> (2 * (j % 4))) & 3u, scale);
+  for (; j < m; j++) dst[j] += tern_value(tern_get_code(codes, j), scale);
 }
 
 /* ---- encode ---------------------------------------------------------------------- */

@@ -58,6 +58,13 @@ size_t index_code_bytes(uint64_t n, uint64_t k) {
   return bytes >= SIZE_MAX ? SIZE_MAX : (size_t)bytes;
 }
 
+void index_code_layout(uint64_t n, uint64_t k, unsigned* L, size_t* low_bytes) {
+  u128 low, high;
+  *L = low_bits_per_index(n, k);
+  part_bits(n, k, *L, &low, &high);
+  *low_bytes = (size_t)((low + 7) / 8);
+}
+
 size_t index_code_bound(uint64_t n, uint64_t k) {
   if (k > n) return SIZE_MAX;
   if (k == 0) return 0;

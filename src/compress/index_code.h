@@ -14,6 +14,11 @@
  * size does not fit size_t. */
 size_t index_code_bytes(uint64_t n, uint64_t k);
 
+/* The section's layout for (n, k), 1 <= k <= n: L low bits per index, and the
+ * low part's bytes (the high part follows it). For encoders that write the parts
+ * in parallel (the GPU). */
+void index_code_layout(uint64_t n, uint64_t k, unsigned* L, size_t* low_bytes);
+
 /* An upper bound of index_code_bytes(n, j) over every j <= k, for buffers sized
  * before the encoder knows how many indices it keeps. SIZE_MAX on overflow. */
 size_t index_code_bound(uint64_t n, uint64_t k);

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "common/float_bits.h"
+#include "compress/codec_math.h"
 #include "cuda/gpu_kernels.h"
 #include "gccl.h"
 
@@ -42,6 +43,15 @@ __device__ __forceinline__ float InputX(const void* src, const float* resid_in, 
   float x = LoadF32<DT>(src, i);
   if (resid_in) x = __fadd_rn(x, resid_in[i]);
   return x;
+}
+
+// The codec's input made finite, as codec_util.c's sanitize_block does: x, or
+// +0.0f where x is not finite (*fin = 0: the element is an exception).
+template <gcclDataType_t DT>
+__device__ __forceinline__ float FiniteInputX(const void* src, const float* resid_in, size_t i, int* fin) {
+  const float x = InputX<DT>(src, resid_in, i);
+  *fin = fb_finite(x);
+  return *fin ? x : 0.0f;
 }
 
 // dst[i] += v in DT (halves add in fp32 and round once).
@@ -110,6 +120,47 @@ inline size_t BucketGroups(size_t n, unsigned bucket) {
   return (n + bucket - 1) / bucket * ((bucket + 7) / 8);
 }
 
+// The canonical sums of codec_util.h (canon_sum_abs, canon_sum_sq) in a warp that
+// reads 32 consecutive elements per step, element j0 + lane: lane l < 16 holds
+// canonical lane l and adds its terms in increasing index order, element j0 + l
+// then j0 + 16 + l. term is that element's |v| or v * v, +0.0f past the bucket's
+// end (a canonical lane is >= +0, so adding +0.0f leaves it unchanged). Returns
+// the lane's new sum; all 32 lanes must call it.
+__device__ __forceinline__ float CanonWarpAdd(float acc, float term, unsigned lane) {
+  const float upper = __shfl_down_sync(kFullMask, term, 16);
+  return lane < 16 ? __fadd_rn(__fadd_rn(acc, term), upper) : acc;
+}
+
+// Lanes 0..15 of CanonWarpAdd combined as canon_lanes_combine (lane[j] += lane[j + w]
+// for w = 8, 4, 2, 1): the canonical sum, returned to every lane.
+__device__ __forceinline__ float CanonWarpTotal(float acc, unsigned lane) {
+  for (int w = CANON_LANES / 2; w >= 1; w /= 2) {
+    const float other = __shfl_down_sync(kFullMask, acc, w);
+    if (lane < static_cast<unsigned>(w)) acc = __fadd_rn(acc, other);
+  }
+  return __shfl_sync(kFullMask, acc, 0);
+}
+
+// A bucket's EXC_BUCKET_* as the CPU codecs decide it: all its elements are
+// exceptions if its scale is not finite, else those that are not finite.
+__device__ __forceinline__ int BucketVerdict(int scale_finite, int any_nonfinite) {
+  return !scale_finite ? EXC_BUCKET_ALL : any_nonfinite ? EXC_BUCKET_NONFINITE : EXC_BUCKET_NONE;
+}
+
+// An encoder's code pass over a bucket of m elements, one warp: the lane takes
+// groups of `group` consecutive elements, 32 groups apart (so the warp writes
+// consecutive code bytes): f(j0, r) for elements j0 .. j0 + r - 1, r <= group.
+template <typename F>
+__device__ __forceinline__ void ForEachLaneGroup(size_t m, unsigned lane, size_t group, F&& f) {
+  for (size_t j0 = lane * group; j0 < m; j0 += 32 * group) f(j0, m - j0 < group ? m - j0 : group);
+}
+
+// With error feedback (resid_out not NULL), the new residual of element i: its
+// finite input v minus its decoded value, or 0 at an exception (fin = 0).
+__device__ __forceinline__ void StoreResidual(float* resid_out, size_t i, int fin, float v, float decoded) {
+  if (resid_out) resid_out[i] = fin ? __fsub_rn(v, decoded) : 0.0f;
+}
+
 // A warp's bucket verdict (bucket codecs, one warp per bucket): records in
 // bucket_bad[b] which exceptions bucket b needs (EXC_BUCKET_*) and counts the
 // bucket in *nbad if any. For EXC_BUCKET_ALL (its scale overflows fp32) the bucket
@@ -125,6 +176,25 @@ __device__ __forceinline__ void WarpBucketVerdict(int verdict, unsigned lane, si
     bucket_bad[b] = static_cast<unsigned char>(verdict);
     if (verdict != EXC_BUCKET_NONE) atomicAdd(nbad, 1ull);
   }
+}
+
+// values_put (codec_util.c) on the device, vt 0 fp32, 1 fp16, 2 bf16 (enum
+// spec_values): stores x as vt at p, returns the value the decoder reads back.
+__device__ __forceinline__ float ValuesPut(unsigned char* p, int vt, float x) {
+  if (vt == 0) {
+    gk::PutU32(p, fb_bits(x));
+    return x;
+  }
+  const uint16_t h = vt == 1 ? fb_float_to_half(x) : fb_float_to_bf16(x);
+  p[0] = static_cast<unsigned char>(h);
+  p[1] = static_cast<unsigned char>(h >> 8);
+  return vt == 1 ? fb_half_to_float(h) : fb_bf16_to_float(h);
+}
+
+__device__ __forceinline__ float ValuesGet(const unsigned char* p, int vt) {
+  if (vt == 0) return fb_float(gk::GetU32(p));
+  const uint16_t h = static_cast<uint16_t>(p[0] | (p[1] << 8));
+  return vt == 1 ? fb_half_to_float(h) : fb_bf16_to_float(h);
 }
 
 // Calls f(std::integral_constant<gcclDataType_t, DT>{}) for the runtime dtype dt
@@ -143,6 +213,16 @@ cudaError_t DispatchFloat(gcclDataType_t dt, F&& f) {
     default:
       return cudaErrorInvalidValue;
   }
+}
+
+// DispatchFloat for a launcher: launch(tag) enqueues the kernel for
+// DT = decltype(tag)::value; returns the launch's error.
+template <typename F>
+cudaError_t LaunchFloat(gcclDataType_t dt, F&& launch) {
+  return DispatchFloat(dt, [&](auto tag) {
+    launch(tag);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace gk

@@ -11,27 +11,29 @@
 
 namespace {
 
-// Whether element i is an exception: its input is not finite, or its bucket's range
-// overflowed (bucket 0: no buckets, only the finite test).
+// Whether element i is an exception: its |x| bits reach exc_key (0x7F800000: not
+// finite), or its bucket's scale overflowed (bucket 0: a codec without buckets).
 template <gcclDataType_t DT>
 struct IsException {
   const void* src;
   const float* resid_in;
+  uint32_t exc_key;
   unsigned bucket;
   const unsigned char* bucket_bad;
   __device__ bool operator()(unsigned long long i) const {
     if (bucket && bucket_bad[i / bucket] == EXC_BUCKET_ALL) return true;
-    return !fb_finite(gk::InputX<DT>(src, resid_in, i));
+    return (fb_bits(gk::InputX<DT>(src, resid_in, i)) & 0x7FFFFFFFu) >= exc_key;
   }
 };
 
 template <gcclDataType_t DT>
-cudaError_t Select(const void* src, const float* resid_in, size_t n, unsigned bucket, const unsigned char* bucket_bad,
-                   uint64_t* exc, unsigned long long* nexc, void* scratch, size_t* scratch_bytes, cudaStream_t s) {
+cudaError_t Select(const void* src, const float* resid_in, size_t n, uint32_t exc_key, unsigned bucket,
+                   const unsigned char* bucket_bad, uint64_t* exc, unsigned long long* nexc, void* scratch,
+                   size_t* scratch_bytes, cudaStream_t s) {
   thrust::counting_iterator<unsigned long long> index(0);
   auto* out = reinterpret_cast<unsigned long long*>(exc);
   return cub::DeviceSelect::If(scratch, *scratch_bytes, index, out, nexc, static_cast<long long>(n),
-                               IsException<DT>{src, resid_in, bucket, bucket_bad}, s);
+                               IsException<DT>{src, resid_in, exc_key, bucket, bucket_bad}, s);
 }
 
 template <gcclDataType_t DT>
@@ -107,19 +109,19 @@ __global__ void RawDecode(const void* payload, size_t n, void* dst) {
 
 extern "C" size_t gk_exceptions_scratch(size_t n) {
   size_t bytes = 0;
-  if (Select<gcclFloat32>(nullptr, nullptr, n, 0, nullptr, nullptr, nullptr, nullptr, &bytes, 0) != cudaSuccess)
+  if (Select<gcclFloat32>(nullptr, nullptr, n, 0, 0, nullptr, nullptr, nullptr, nullptr, &bytes, 0) != cudaSuccess)
     return 0;
   return bytes;
 }
 
 extern "C" cudaError_t gk_exceptions_select(const void* src, gcclDataType_t dt, const float* resid_in, size_t n,
-                                            unsigned bucket, const unsigned char* bucket_bad, uint64_t* exc,
-                                            unsigned long long* nexc, void* scratch, size_t scratch_bytes,
-                                            cudaStream_t s) {
+                                            uint32_t exc_key, unsigned bucket, const unsigned char* bucket_bad,
+                                            uint64_t* exc, unsigned long long* nexc, void* scratch,
+                                            size_t scratch_bytes, cudaStream_t s) {
   return gk::DispatchFloat(dt, [&](auto tag) {
     constexpr gcclDataType_t DT = decltype(tag)::value;
     size_t bytes = scratch_bytes;
-    return Select<DT>(src, resid_in, n, bucket, bucket_bad, exc, nexc, scratch, &bytes, s);
+    return Select<DT>(src, resid_in, n, exc_key, bucket, bucket_bad, exc, nexc, scratch, &bytes, s);
   });
 }
 

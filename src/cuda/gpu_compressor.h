@@ -6,10 +6,10 @@
  * codec arithmetic of codec_math.h, and the host writes the header and CRC with
  * frame.c. Frames are returned in host memory (the local and MPI transports carry
  * them from there); decoding validates the frame on the host before a byte of the
- * device tensor changes. Codecs with kernels: none, fp16, bf16, uniform, sign;
- * others are gcclInvalidUsage. Device scratch is allocated at create (and grown
- * once if a larger frame is decoded) and reused. Not thread-safe, like
- * gcclCompressor_t. */
+ * device tensor changes. Codecs with kernels: none, fp16, bf16, uniform, qsgd,
+ * sign, terngrad; others are gcclInvalidUsage. Device scratch is allocated at
+ * create (and grown once if a larger frame is decoded) and reused. Not
+ * thread-safe, like gcclCompressor_t. */
 #ifndef GCCL_CUDA_GPU_COMPRESSOR_H
 #define GCCL_CUDA_GPU_COMPRESSOR_H
 

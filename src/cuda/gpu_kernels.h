@@ -46,15 +46,30 @@ cudaError_t gk_sign_encode(const void* src, gcclDataType_t dt, const float* resi
 cudaError_t gk_sign_decode(const unsigned char* payload, size_t n, unsigned bucket, void* dst, gcclDataType_t dt,
                            cudaStream_t s);
 
+/* qsgd (always stochastic: key is the rounding key). */
+cudaError_t gk_qsgd_encode(const void* src, gcclDataType_t dt, const float* resid_in, float* resid_out, size_t n,
+                           unsigned bucket, unsigned bits, uint64_t key, unsigned char* payload,
+                           unsigned char* bucket_bad, unsigned long long* nbad, cudaStream_t s);
+cudaError_t gk_qsgd_decode(const unsigned char* payload, size_t n, unsigned bucket, unsigned bits, void* dst,
+                           gcclDataType_t dt, cudaStream_t s);
+
+/* terngrad (always stochastic: key is the rounding key). */
+cudaError_t gk_terngrad_encode(const void* src, gcclDataType_t dt, const float* resid_in, float* resid_out, size_t n,
+                               unsigned bucket, uint64_t key, unsigned char* payload, unsigned char* bucket_bad,
+                               unsigned long long* nbad, cudaStream_t s);
+cudaError_t gk_terngrad_decode(const unsigned char* payload, size_t n, unsigned bucket, void* dst, gcclDataType_t dt,
+                               cudaStream_t s);
+
 /* ---- exceptions and raw frames (exceptions.cu) ---------------------------------- */
 
 /* Device scratch gk_exceptions_select needs for n elements (bytes). */
 size_t gk_exceptions_scratch(size_t n);
-/* exc[0, *nexc) = the increasing indices i < n where x[i] is not finite or
- * bucket_bad[i / bucket] == EXC_BUCKET_ALL. scratch: gk_exceptions_scratch(n) bytes. */
-cudaError_t gk_exceptions_select(const void* src, gcclDataType_t dt, const float* resid_in, size_t n, unsigned bucket,
-                                 const unsigned char* bucket_bad, uint64_t* exc, unsigned long long* nexc,
-                                 void* scratch, size_t scratch_bytes, cudaStream_t s);
+/* exc[0, *nexc) = the increasing indices i < n where |x[i]|'s bits reach exc_key
+ * (0x7F800000: not finite; sparse codecs: topk_exc_key) or bucket_bad[i / bucket]
+ * == EXC_BUCKET_ALL (bucket 0: no buckets). scratch: gk_exceptions_scratch(n) bytes. */
+cudaError_t gk_exceptions_select(const void* src, gcclDataType_t dt, const float* resid_in, size_t n, uint32_t exc_key,
+                                 unsigned bucket, const unsigned char* bucket_bad, uint64_t* exc,
+                                 unsigned long long* nexc, void* scratch, size_t scratch_bytes, cudaStream_t s);
 /* The frame's exceptions list at out: entry j = (exc[j] as u64 LE, src[exc[j]] raw). */
 cudaError_t gk_exceptions_write(const void* src, gcclDataType_t dt, const uint64_t* exc, size_t nexc,
                                 unsigned char* out, cudaStream_t s);

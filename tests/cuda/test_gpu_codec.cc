@@ -130,6 +130,31 @@ const char* const kSpecs[] = {
     "uniform:bits=5,bucket=1000,round=nearest",
     "uniform:bits=6,bucket=13",
     "uniform:bits=7,bucket=4096,round=stochastic",
+    "qsgd:bits=4",
+    "qsgd:bits=4,ef=1",
+    "qsgd:bits=1,bucket=7",
+    "qsgd:bits=2,bucket=100,seed=9",
+    "qsgd:bits=3,bucket=64,ef=1",
+    "qsgd:bits=5,bucket=1000",
+    "qsgd:bits=6,bucket=13,ef=1",
+    "qsgd:bits=7,bucket=33",
+    "qsgd:bits=8,bucket=33,ef=1",
+    "qsgd:bits=8,bucket=4096,seed=3",
+    "terngrad",
+    "terngrad:ef=1",
+    "terngrad:bucket=7",
+    "terngrad:bucket=33,ef=1,seed=5",
+    "terngrad:bucket=1",
+    "topk:ratio=0.01",
+    "topk:ratio=0.1,ef=0",
+    "topk:ratio=1",
+    "topk:ratio=0.5,values=fp16",
+    "topk:ratio=0.05,values=bf16,ef=0",
+    "topk:ratio=0.001,values=fp16,ef=1",
+    "randk:ratio=0.01",
+    "randk:ratio=0.3,values=fp16,seed=4",
+    "randk:ratio=1,ef=1",
+    "randk:ratio=0.1,values=bf16,ef=0",
 };
 
 const gcclDataType_t kFloatTypes[] = {gcclFloat32, gcclFloat64, gcclFloat16, gcclBfloat16};
@@ -151,7 +176,7 @@ TEST(GpuCodec, NonFiniteInputsAndOverflowingBucketsGiveTheSameExceptions) {
 
 TEST(GpuCodec, MostlyNonFiniteInputFallsBackToTheSameRawFrame) {
   SKIP_WITHOUT_GPU();
-  for (const char* spec : {"sign", "uniform:bits=2,ef=1", "fp16:ef=1"}) {
+  for (const char* spec : {"sign", "uniform:bits=2,ef=1", "fp16:ef=1", "qsgd:bits=3,ef=1", "terngrad"}) {
     SCOPED_TRACE(spec);
     const size_t n = 999;
     gcclCompressor_t cpu = nullptr;
@@ -234,9 +259,40 @@ TEST(GpuCodec, CorruptFramesLeaveTheDeviceTensorUnchanged) {
 TEST(GpuCodec, CodecsWithoutKernelsAreRefusedByName) {
   SKIP_WITHOUT_GPU();
   struct gpu_compressor* gpu = nullptr;
-  EXPECT_EQ(gpu_compressor_create(&gpu, "qsgd:bits=4", 100, gcclFloat32), gcclInvalidUsage);
-  EXPECT_NE(std::string(gcclGetLastError(nullptr)).find("qsgd"), std::string::npos);
+  EXPECT_EQ(gpu_compressor_create(&gpu, "topk:ratio=0.01,approx=1", 100, gcclFloat32), gcclInvalidUsage);
+  EXPECT_NE(std::string(gcclGetLastError(nullptr)).find("approx=1"), std::string::npos);
   EXPECT_EQ(gpu, nullptr);
+}
+
+// Top-k's ties: integer-valued data has many equal |x|; the kept ones must be the
+// lowest indices among the ties at the threshold, as on the CPU, and values of
+// fp16's range limit (65520 and above) must travel as exceptions.
+TEST(GpuCodec, TopkTiesAndValuesBeyondTheCarriedTypeMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const char* spec : {"topk:ratio=0.1", "topk:ratio=0.37,ef=0", "topk:ratio=0.01,values=fp16"}) {
+    for (size_t n : {size_t{1}, size_t{97}, size_t{100003}}) {
+      SCOPED_TRACE(std::string(spec) + " n=" + std::to_string(n));
+      gcclCompressor_t cpu = nullptr;
+      struct gpu_compressor* gpu = nullptr;
+      ASSERT_EQ(gcclCompressorCreate(&cpu, spec, n, gcclFloat32), gcclSuccess);
+      ASSERT_EQ(gpu_compressor_create(&gpu, spec, n, gcclFloat32), gcclSuccess);
+      std::vector<float> x(n);
+      for (size_t i = 0; i < n; i++) x[i] = static_cast<float>(static_cast<int>(i * 7919 % 11) - 5);
+      if (n > 50) x[50] = 70000.0f, x[n - 1] = -65520.0f, x[n / 3] = -0.0f;
+      DeviceBuffer d(n * sizeof(float));
+      d.Upload(x.data(), n * sizeof(float));
+      size_t bound = gpu_compressor_bound(gpu), b1 = 0, b2 = 0;
+      std::vector<unsigned char> f1(bound), f2(bound);
+      for (int call = 0; call < 2; call++) {
+        ASSERT_EQ(gcclEncode(cpu, x.data(), f1.data(), bound, &b1), gcclSuccess);
+        ASSERT_EQ(gpu_compressor_encode(gpu, d.get(), f2.data(), bound, &b2, nullptr), gcclSuccess);
+        ASSERT_EQ(b1, b2) << "call " << call;
+        EXPECT_EQ(std::memcmp(f1.data(), f2.data(), b1), 0) << "call " << call;
+      }
+      gpu_compressor_destroy(gpu);
+      gcclCompressorDestroy(cpu);
+    }
+  }
 }
 
 // Without a device, creation fails with a message instead of crashing.
