@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "../transport/transport.h"
 #include "gccl.h"
@@ -43,7 +44,25 @@ struct coll_args {
   struct gcclCompressor* comp;
   size_t comp_first; /* element of the compressor's tensor where this call's data starts
                         (0 for a user's call; a share of it inside hier) */
+  unsigned device;   /* DEVICE_* (core/device.h): buffers in CUDA device memory, staged */
+  void* cuda_stream; /* the cudaStream_t those buffers are ordered on (NULL: the default) */
 };
+
+/* A user's call as the public functions make it: no compressor yet, host buffers
+ * until enqueue looks. */
+static inline struct coll_args coll_call(enum coll_kind kind, const void* sendbuff, void* recvbuff, size_t count,
+                                         gcclDataType_t dt, gcclRedOp_t op, int root) {
+  struct coll_args a;
+  memset(&a, 0, sizeof a);
+  a.kind = kind;
+  a.sendbuff = sendbuff;
+  a.recvbuff = recvbuff;
+  a.count = count;
+  a.dt = dt;
+  a.op = op;
+  a.root = root;
+  return a;
+}
 
 /* What an algorithm may use: the transport, the communicator's scratch, and (for
  * direct algorithms on a shared address space) every rank's buffers. */

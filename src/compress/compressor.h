@@ -9,6 +9,8 @@
 #include "compress/spec.h"
 #include "gccl.h"
 
+struct gpu_compressor; /* cuda/gpu_compressor.h */
+
 /* What gcclCompressor_t points to. One thread uses a compressor at a time (like
  * a communicator); distinct compressors are independent. */
 struct gcclCompressor {
@@ -30,6 +32,10 @@ struct gcclCompressor {
   struct exc_list exc;
   void* state; /* codec scratch */
   float* tmp;  /* count fp32, made on the first collective that needs it (encode_f32) */
+  /* CUDA builds: the GPU twin that encodes device tensors (core/device.h), made
+   * on first use, and whether the current residual is the twin's (on the device). */
+  struct gpu_compressor* device;
+  int residual_on_device;
 };
 
 /* Largest frame for n elements of the compressor's spec and dtype. */

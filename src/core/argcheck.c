@@ -11,8 +11,12 @@ gcclResult_t argcheck_comm(gcclComm_t comm, const char* fn) {
   return gcclSuccess;
 }
 
-static int has_op(enum coll_kind k) { return k == COLL_ALLREDUCE || k == COLL_REDUCESCATTER || k == COLL_REDUCE; }
-static int has_root(enum coll_kind k) { return k == COLL_BROADCAST || k == COLL_REDUCE; }
+static int has_op(enum coll_kind k) {
+  return k == COLL_ALLREDUCE || k == COLL_REDUCESCATTER || k == COLL_REDUCE;
+}
+static int has_root(enum coll_kind k) {
+  return k == COLL_BROADCAST || k == COLL_REDUCE;
+}
 
 /* Any overlap other than the in-place layout of the collective would make the
  * result depend on the algorithm's order of reads and writes. */
@@ -21,12 +25,12 @@ static gcclResult_t check_overlap(const struct coll_args* a, size_t send_bytes, 
   uintptr_t s = (uintptr_t)a->sendbuff, r = (uintptr_t)a->recvbuff;
   if (!send_bytes || !recv_bytes || !s || !r) return gcclSuccess;
   int overlap = s < r + recv_bytes && r < s + send_bytes;
-  int in_place = (a->kind == COLL_ALLGATHER) ? s == r + in_place_off
-               : (a->kind == COLL_REDUCESCATTER) ? r == s + in_place_off
-                                                 : s == r;
+  int in_place = (a->kind == COLL_ALLGATHER)       ? s == r + in_place_off
+                 : (a->kind == COLL_REDUCESCATTER) ? r == s + in_place_off
+                                                   : s == r;
   if (overlap && !in_place)
-    return err_set(gcclInvalidArgument,
-                   "%s: sendbuff and recvbuff overlap without being in place (in place means %s)", fn,
+    return err_set(gcclInvalidArgument, "%s: sendbuff and recvbuff overlap without being in place (in place means %s)",
+                   fn,
                    a->kind == COLL_ALLGATHER       ? "sendbuff == recvbuff + rank*sendcount*size"
                    : a->kind == COLL_REDUCESCATTER ? "recvbuff == sendbuff + rank*recvcount*size"
                                                    : "sendbuff == recvbuff");
@@ -55,7 +59,6 @@ gcclResult_t argcheck_collective(gcclComm_t comm, const struct coll_args* a, con
   int writes_recv = a->kind != COLL_REDUCE || is_root;
   if (bytes && reads_send && !a->sendbuff) return err_set(gcclInvalidArgument, "%s: sendbuff is NULL", fn);
   if (bytes && writes_recv && !a->recvbuff) return err_set(gcclInvalidArgument, "%s: recvbuff is NULL", fn);
-  if (reads_send && writes_recv)
-    GCCL_CHECK(check_overlap(a, send_bytes, recv_bytes, (size_t)comm->rank * bytes, fn));
+  if (reads_send && writes_recv) GCCL_CHECK(check_overlap(a, send_bytes, recv_bytes, (size_t)comm->rank * bytes, fn));
   return gcclSuccess;
 }

@@ -22,7 +22,7 @@ static gcclResult_t launch(gcclComm_t comm, const struct coll_args* a, gcclStrea
  * the drop-in table's compressor for its buffer (dropin.h). */
 gcclResult_t gcclAllReduce(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t datatype, gcclRedOp_t op,
                            gcclComm_t comm, gcclStream_t stream) {
-  struct coll_args a = {COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, NULL, 0};
+  struct coll_args a = coll_call(COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0);
   GCCL_CHECK(check(comm, &a, stream, "gcclAllReduce"));
   gcclCompressor_t comp;
   gcclResult_t res = dropin_route(comm, &a, &comp);
@@ -33,24 +33,24 @@ gcclResult_t gcclAllReduce(const void* sendbuff, void* recvbuff, size_t count, g
 
 gcclResult_t gcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, gcclDataType_t datatype,
                            gcclComm_t comm, gcclStream_t stream) {
-  struct coll_args a = {COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, gcclSum, 0, NULL, 0};
+  struct coll_args a = coll_call(COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, gcclSum, 0);
   return launch(comm, &a, stream, "gcclAllGather");
 }
 
 gcclResult_t gcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, gcclDataType_t datatype,
                                gcclRedOp_t op, gcclComm_t comm, gcclStream_t stream) {
-  struct coll_args a = {COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0, NULL, 0};
+  struct coll_args a = coll_call(COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0);
   return launch(comm, &a, stream, "gcclReduceScatter");
 }
 
 gcclResult_t gcclBroadcast(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t datatype, int root,
                            gcclComm_t comm, gcclStream_t stream) {
-  struct coll_args a = {COLL_BROADCAST, sendbuff, recvbuff, count, datatype, gcclSum, root, NULL, 0};
+  struct coll_args a = coll_call(COLL_BROADCAST, sendbuff, recvbuff, count, datatype, gcclSum, root);
   return launch(comm, &a, stream, "gcclBroadcast");
 }
 
 gcclResult_t gcclReduce(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t datatype, gcclRedOp_t op,
                         int root, gcclComm_t comm, gcclStream_t stream) {
-  struct coll_args a = {COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root, NULL, 0};
+  struct coll_args a = coll_call(COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root);
   return launch(comm, &a, stream, "gcclReduce");
 }

@@ -15,6 +15,7 @@
 #include "../compress/compressor.h"
 #include "../transport/local.h"
 #include "../transport/sim.h"
+#include "device.h"
 #include "dropin.h"
 
 #define DEFAULT_TIMEOUT_MS 300000
@@ -107,6 +108,7 @@ gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks, int node_size) {
 
 void comm_free(gcclComm_t c) {
   if (c->group_stream) gcclStreamDestroy(c->group_stream);
+  device_stage_free(c->device_stage);
   if (c->tp) c->tp->ops->destroy(c->tp);
   arena_free(c->ctx.scratch, COLL_SCRATCH_BYTES);
   coll_workspace_free(&c->ctx);
@@ -256,6 +258,7 @@ static enum coll_algo choose_algo(gcclComm_t comm, const struct coll_args* a) {
 }
 
 gcclResult_t comm_execute(gcclComm_t comm, const struct coll_args* call) {
+  if (call->device) return comm_fail(comm, device_execute(&comm->device_stage, comm, call, comm_execute));
   log_set_rank(comm->rank);
   struct transport* tp = comm->tp;
   gcclResult_t broken = tp->ops->broken(tp);

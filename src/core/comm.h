@@ -27,7 +27,8 @@ struct gcclComm {
   pthread_cond_t idle; /* signalled when pending drops to 0 */
   int pending;         /* collectives queued or running, not yet finished */
   char last_error[512];
-  struct gcclStream* group_stream; /* runs this comm's NULL-stream work of a group */
+  struct gcclStream* group_stream;   /* runs this comm's NULL-stream work of a group */
+  struct device_stage* device_stage; /* pinned host buffers for device-buffer calls (device.h) */
 };
 
 /* Allocates a communicator for `rank` of `nranks` with its scratch, reading the
@@ -60,6 +61,9 @@ gcclResult_t enqueue_collective(gcclComm_t comm, const struct coll_args* args, g
 /* Streams (stream.c). */
 gcclResult_t stream_push(gcclStream_t s, gcclComm_t comm, const struct coll_args* args);
 int stream_valid(gcclStream_t s);
+/* The cudaStream_t a stream was made with (gcclStreamCreateCuda), or NULL. */
+void* stream_cuda(gcclStream_t s);
+void stream_set_cuda(gcclStream_t s, void* cuda);
 /* The internal stream of comm that runs its NULL-stream group work (made on first use). */
 gcclResult_t comm_group_stream(gcclComm_t comm, gcclStream_t* out);
 

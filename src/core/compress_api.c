@@ -11,6 +11,7 @@
 #include "../compress/codec_util.h"
 #include "../compress/compressor.h"
 #include "comm.h"
+#include "device.h"
 
 /* Counts beyond this are refused: it keeps every size computed from a count
  * (residual, frames, index sections) far from overflowing size_t. */
@@ -25,7 +26,8 @@ gcclResult_t gcclCompressorCreate(gcclCompressor_t* out, const char* spec, size_
   if (out == NULL) return err_set(gcclInvalidArgument, "gcclCompressorCreate: compressor pointer is NULL");
   *out = NULL;
   if (spec == NULL) return err_set(gcclInvalidArgument, "gcclCompressorCreate: spec is NULL");
-  if ((unsigned)dt >= gcclNumTypes) return err_set(gcclInvalidArgument, "gcclCompressorCreate: invalid datatype %d", dt);
+  if ((unsigned)dt >= gcclNumTypes)
+    return err_set(gcclInvalidArgument, "gcclCompressorCreate: invalid datatype %d", dt);
   if (count > COMPRESSOR_MAX_COUNT)
     return err_set(gcclInvalidArgument, "gcclCompressorCreate: count %zu too large (at most %zu)", count,
                    (size_t)COMPRESSOR_MAX_COUNT);
@@ -37,8 +39,8 @@ gcclResult_t gcclCompressorCreate(gcclCompressor_t* out, const char* spec, size_
                    spec_codec_name(s.codec), dtype_name(dt));
 #ifndef GCCL_HAVE_ZSTD
   if (s.zstd)
-    return err_set(gcclInvalidArgument, "gcclCompressorCreate: spec \"%s\" asks for zstd, but gccl was built without it",
-                   spec);
+    return err_set(gcclInvalidArgument,
+                   "gcclCompressorCreate: spec \"%s\" asks for zstd, but gccl was built without it", spec);
 #endif
 
   struct gcclCompressor* c = calloc(1, sizeof *c);
@@ -67,6 +69,7 @@ fail:
 
 gcclResult_t gcclCompressorDestroy(gcclCompressor_t c) {
   if (c == NULL) return err_set(gcclInvalidArgument, "gcclCompressorDestroy: compressor is NULL");
+  device_compressor_free(c);
   if (c->state) c->ops->state_destroy(c->state);
   arena_free(c->work, c->count * sizeof(float));
   arena_free(c->residual, c->count * sizeof(float));
@@ -83,6 +86,7 @@ gcclResult_t gcclCompressorGetResidual(gcclCompressor_t c, void* out) {
   if ((uintptr_t)out % es != 0)
     return err_set(gcclInvalidArgument, "gcclCompressorGetResidual: out is not aligned to %zu bytes", es);
   if (c->count == 0) return gcclSuccess;
+  GCCL_CHECK(device_residual_to_host(c));
   if (!c->spec.ef) { /* no error feedback: the residual is zero */
     memset(out, 0, c->count * es);
     return gcclSuccess;
@@ -90,10 +94,18 @@ gcclResult_t gcclCompressorGetResidual(gcclCompressor_t c, void* out) {
   for (size_t i = 0; i < c->count; i++) {
     float r = c->residual[i];
     switch (c->dt) {
-      case gcclFloat32: ((float*)out)[i] = r; break;
-      case gcclFloat64: ((double*)out)[i] = r; break;
-      case gcclFloat16: ((uint16_t*)out)[i] = float_to_half(r); break;
-      default: ((uint16_t*)out)[i] = float_to_bf16(r); break;
+      case gcclFloat32:
+        ((float*)out)[i] = r;
+        break;
+      case gcclFloat64:
+        ((double*)out)[i] = r;
+        break;
+      case gcclFloat16:
+        ((uint16_t*)out)[i] = float_to_half(r);
+        break;
+      default:
+        ((uint16_t*)out)[i] = float_to_bf16(r);
+        break;
     }
   }
   return gcclSuccess;
@@ -106,16 +118,24 @@ gcclResult_t gcclCompressorSetResidual(gcclCompressor_t c, const void* in) {
   if ((uintptr_t)in % es != 0)
     return err_set(gcclInvalidArgument, "gcclCompressorSetResidual: in is not aligned to %zu bytes", es);
   if (!c->spec.ef)
-    return err_set(gcclInvalidUsage, "gcclCompressorSetResidual: compressor %s keeps no residual (ef=0)",
-                   c->spec_text);
+    return err_set(gcclInvalidUsage, "gcclCompressorSetResidual: compressor %s keeps no residual (ef=0)", c->spec_text);
+  GCCL_CHECK(device_residual_to_host(c)); /* the host copy becomes the current one */
   /* Convert into work first, so a rejected input changes nothing. */
   for (size_t i = 0; i < c->count; i++) {
     float r;
     switch (c->dt) {
-      case gcclFloat32: r = ((const float*)in)[i]; break;
-      case gcclFloat64: r = (float)((const double*)in)[i]; break;
-      case gcclFloat16: r = half_to_float(((const uint16_t*)in)[i]); break;
-      default: r = bf16_to_float(((const uint16_t*)in)[i]); break;
+      case gcclFloat32:
+        r = ((const float*)in)[i];
+        break;
+      case gcclFloat64:
+        r = (float)((const double*)in)[i];
+        break;
+      case gcclFloat16:
+        r = half_to_float(((const uint16_t*)in)[i]);
+        break;
+      default:
+        r = bf16_to_float(((const uint16_t*)in)[i]);
+        break;
     }
     if (!f32_finite(r))
       return err_set(gcclInvalidArgument, "gcclCompressorSetResidual: element %zu is not finite in fp32", i);
@@ -133,15 +153,17 @@ gcclResult_t gcclEncodeBound(gcclCompressor_t c, size_t* maxBytes) {
 
 gcclResult_t gcclEncode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frameBytes) {
   if (c == NULL) return err_set(gcclInvalidArgument, "gcclEncode: compressor is NULL");
-  if (frame == NULL || frameBytes == NULL) return err_set(gcclInvalidArgument, "gcclEncode: frame or frameBytes is NULL");
+  if (frame == NULL || frameBytes == NULL)
+    return err_set(gcclInvalidArgument, "gcclEncode: frame or frameBytes is NULL");
   size_t es = dtype_size(c->dt), bytes = c->count * es;
   if (src == NULL && c->count > 0) return err_set(gcclInvalidArgument, "gcclEncode: src is NULL");
   if ((uintptr_t)src % es != 0)
     return err_set(gcclInvalidArgument, "gcclEncode: src is not aligned to its %s elements", dtype_name(c->dt));
   if (cap < c->bound)
     return err_set(gcclInvalidArgument, "gcclEncode: cap %zu is below gcclEncodeBound's %zu bytes", cap, c->bound);
-  if (ranges_overlap(src, bytes, frame, cap))
-    return err_set(gcclInvalidArgument, "gcclEncode: src and frame overlap");
+  if (ranges_overlap(src, bytes, frame, cap)) return err_set(gcclInvalidArgument, "gcclEncode: src and frame overlap");
+  if (device_is_pointer(src) || device_is_pointer(frame)) return device_encode(c, src, frame, cap, frameBytes);
+  GCCL_CHECK(device_residual_to_host(c));
   size_t fb = 0;
   gcclResult_t res = compressor_encode_part(c, src, 0, c->count, frame, cap, &fb);
   if (res == gcclSuccess) res = compressor_commit(c);
@@ -164,6 +186,8 @@ gcclResult_t gcclDecodeAccumulate(const void* frame, size_t frameBytes, void* ds
   if (count > SIZE_MAX / es) return err_set(gcclInvalidArgument, "gcclDecodeAccumulate: count %zu too large", count);
   if (ranges_overlap(frame, frameBytes, dst, count * es))
     return err_set(gcclInvalidArgument, "gcclDecodeAccumulate: frame and dst overlap");
+  if (device_is_pointer(frame) || device_is_pointer(dst))
+    return device_decode_accumulate(frame, frameBytes, dst, count, dt);
   return frame_decode_accumulate(frame, frameBytes, dst, count, dt);
 }
 
@@ -177,19 +201,19 @@ static gcclResult_t launch_compressed(gcclComm_t comm, struct coll_args* a, size
   gcclResult_t res = argcheck_collective(comm, a, fn);
   if (res == gcclSuccess && c == NULL) res = err_set(gcclInvalidArgument, "%s: compressor is NULL", fn);
   if (res == gcclSuccess && c->dt != a->dt)
-    res = err_set(gcclInvalidArgument, "%s: the compressor was made for %s, the call passes %s", fn,
-                  dtype_name(c->dt), dtype_name(a->dt));
+    res = err_set(gcclInvalidArgument, "%s: the compressor was made for %s, the call passes %s", fn, dtype_name(c->dt),
+                  dtype_name(a->dt));
   if (res == gcclSuccess && c->count != tensor)
     res = err_set(gcclInvalidArgument, "%s: the compressor was made for %zu elements, the call's tensor has %zu", fn,
                   c->count, tensor);
   if (res == gcclSuccess && a->kind != COLL_ALLGATHER && a->op != gcclSum && a->op != gcclAvg)
-    res = err_set(gcclInvalidArgument, "%s: compressed collectives reduce with sum or avg, not %s", fn,
-                  op_name(a->op));
+    res = err_set(gcclInvalidArgument, "%s: compressed collectives reduce with sum or avg, not %s", fn, op_name(a->op));
   size_t es = dtype_size(a->dt);
   if (res == gcclSuccess && es && ((uintptr_t)a->sendbuff % es || (uintptr_t)a->recvbuff % es))
     res = err_set(gcclInvalidArgument, "%s: buffers must be aligned to their %s elements", fn, dtype_name(a->dt));
   if (res == gcclSuccess && stream && !stream_valid(stream))
     res = err_set(gcclInvalidArgument, "%s: stream is not a live gcclStream_t", fn);
+  if (res == gcclSuccess) res = device_residual_to_host(c); /* collectives keep residuals on the host */
   if (res != gcclSuccess) return comm_fail(comm, res);
   a->comp = c;
   return enqueue_collective(comm, a, stream);
@@ -197,19 +221,19 @@ static gcclResult_t launch_compressed(gcclComm_t comm, struct coll_args* a, size
 
 gcclResult_t gcclAllReduceCompressed(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t dt,
                                      gcclRedOp_t op, gcclCompressor_t c, gcclComm_t comm, gcclStream_t s) {
-  struct coll_args a = {COLL_ALLREDUCE, sendbuff, recvbuff, count, dt, op, 0, NULL, 0};
+  struct coll_args a = coll_call(COLL_ALLREDUCE, sendbuff, recvbuff, count, dt, op, 0);
   return launch_compressed(comm, &a, count, c, s, "gcclAllReduceCompressed");
 }
 
 gcclResult_t gcclAllGatherCompressed(const void* sendbuff, void* recvbuff, size_t sendcount, gcclDataType_t dt,
                                      gcclCompressor_t c, gcclComm_t comm, gcclStream_t s) {
-  struct coll_args a = {COLL_ALLGATHER, sendbuff, recvbuff, sendcount, dt, gcclSum, 0, NULL, 0};
+  struct coll_args a = coll_call(COLL_ALLGATHER, sendbuff, recvbuff, sendcount, dt, gcclSum, 0);
   return launch_compressed(comm, &a, sendcount, c, s, "gcclAllGatherCompressed");
 }
 
 gcclResult_t gcclReduceScatterCompressed(const void* sendbuff, void* recvbuff, size_t recvcount, gcclDataType_t dt,
                                          gcclRedOp_t op, gcclCompressor_t c, gcclComm_t comm, gcclStream_t s) {
-  struct coll_args a = {COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, dt, op, 0, NULL, 0};
+  struct coll_args a = coll_call(COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, dt, op, 0);
   /* The compressor serves the whole send buffer: nranks * recvcount elements. */
   size_t tensor = (comm && comm->magic == COMM_MAGIC && recvcount <= SIZE_MAX / (size_t)comm->nranks)
                       ? recvcount * (size_t)comm->nranks

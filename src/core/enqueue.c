@@ -1,8 +1,14 @@
 /* enqueue.c — where a checked collective goes: an open group, a stream, or now. */
 #include "../common/result.h"
 #include "comm.h"
+#include "device.h"
 
-gcclResult_t enqueue_collective(gcclComm_t comm, const struct coll_args* args, gcclStream_t stream) {
+gcclResult_t enqueue_collective(gcclComm_t comm, const struct coll_args* call, gcclStream_t stream) {
+  /* Device buffers are found now, in the caller's thread, and staged when the call runs. */
+  struct coll_args flagged = *call;
+  flagged.device = device_buffers(call, comm->nranks);
+  flagged.cuda_stream = stream_cuda(stream);
+  const struct coll_args* args = &flagged;
   /* Streams and groups run the call on one of gccl's worker threads, concurrently
    * with the application's own MPI calls: MPI allows that at MPI_THREAD_MULTIPLE only. */
   if ((stream || group_open()) && comm->tp->caller_thread_only)

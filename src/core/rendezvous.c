@@ -67,8 +67,7 @@ static gcclResult_t create_entry(const gcclUniqueId* id, int nranks, struct pend
   return gcclSuccess;
 }
 
-gcclResult_t rendezvous_join(const gcclUniqueId* id, int nranks, int rank, int64_t timeout_ms,
-                             struct transport** tp) {
+gcclResult_t rendezvous_join(const gcclUniqueId* id, int nranks, int rank, int64_t timeout_ms, struct transport** tp) {
   gcclResult_t res = gcclSuccess;
   pthread_mutex_lock(&table_mu);
   struct pending_comm* e = find(id);

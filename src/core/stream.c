@@ -22,10 +22,11 @@ struct gcclStream {
   pthread_mutex_t mu;
   pthread_cond_t changed; /* task queued, task done, or stop */
   struct stream_task tasks[STREAM_CAPACITY];
-  size_t head, tail;      /* tasks[head % CAP] is next; tail - head queued */
-  int running;            /* a task is being executed */
+  size_t head, tail; /* tasks[head % CAP] is next; tail - head queued */
+  int running;       /* a task is being executed */
   int stop;
   gcclResult_t first_error;
+  void* cuda; /* cudaStream_t of gcclStreamCreateCuda, else NULL */
 };
 
 static void* stream_main(void* arg) {
@@ -49,7 +50,17 @@ static void* stream_main(void* arg) {
   return NULL;
 }
 
-int stream_valid(gcclStream_t s) { return s && s->magic == STREAM_MAGIC; }
+int stream_valid(gcclStream_t s) {
+  return s && s->magic == STREAM_MAGIC;
+}
+
+void* stream_cuda(gcclStream_t s) {
+  return s ? s->cuda : NULL;
+}
+
+void stream_set_cuda(gcclStream_t s, void* cuda) {
+  s->cuda = cuda;
+}
 
 gcclResult_t gcclStreamCreate(gcclStream_t* out) {
   if (!out) return err_set(gcclInvalidArgument, "gcclStreamCreate: stream is NULL");

@@ -166,6 +166,11 @@ void gpu_compressor_set_rank(struct gpu_compressor* g, uint64_t rank) {
   g->host->rank = rank;
 }
 
+void gpu_compressor_sync(struct gpu_compressor* g, uint64_t calls, uint64_t rank) {
+  g->host->calls = calls;
+  g->host->rank = rank;
+}
+
 /* A bucket codec's payload size for n elements: meta_bytes and codes of
  * code_bits per bucket. */
 static size_t bucket_bytes(const struct codec_spec* s, size_t n, unsigned meta_bytes, unsigned code_bits) {

@@ -32,6 +32,10 @@ int gpu_available(const char** why);
 gcclResult_t gpu_compressor_create(struct gpu_compressor** g, const char* spec, size_t count, gcclDataType_t dt);
 void gpu_compressor_destroy(struct gpu_compressor* g);
 
+/* Sets the call number and rank the next encode's random keys use, so that a
+ * GPU twin of a host compressor draws what the host one would. */
+void gpu_compressor_sync(struct gpu_compressor* g, uint64_t calls, uint64_t rank);
+
 /* gcclEncodeBound's value for this compressor. */
 size_t gpu_compressor_bound(const struct gpu_compressor* g);
 

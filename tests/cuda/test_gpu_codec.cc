@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/gpu_test.h"
 #include "gccl.h"
 
 extern "C" {
@@ -19,12 +20,6 @@ extern "C" {
 }
 
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                               \
-  do {                                                                   \
-    const char* why = nullptr;                                           \
-    if (!gpu_available(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
 
 // A device buffer freed with its scope.
 class DeviceBuffer {

@@ -1,0 +1,32 @@
+/* gccl_cuda.h — gccl on CUDA device buffers (only in builds with CUDA).
+ *
+ * gcclAllReduce, gcclAllGather, gcclReduceScatter, gcclBroadcast, gcclReduce and
+ * the compressed collectives accept device pointers for their buffers (found with
+ * cudaPointerGetAttributes; host and managed memory are used in place). Such a
+ * call waits for the work queued before it on its CUDA stream, stages the send
+ * buffer through pinned host memory the communicator keeps, runs the collective
+ * with the same schedules, codecs and error-feedback residuals as host buffers,
+ * and copies the result back; the calling thread (or the gccl stream's worker)
+ * waits for all of it. The CUDA stream of a call is the one its gccl stream was
+ * made with (gcclStreamCreateCuda), else the legacy default stream. */
+#ifndef GCCL_CUDA_H
+#define GCCL_CUDA_H
+
+#include <cuda_runtime_api.h>
+
+#include "gccl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A gccl stream (a worker that runs collectives in order, see gcclStreamCreate)
+ * whose device-buffer collectives are ordered on the CUDA stream `cuda`. */
+GCCL_API gcclResult_t gcclStreamCreateCuda(gcclStream_t* s, cudaStream_t cuda);
+GCCL_API gcclResult_t gcclStreamGetCuda(gcclStream_t s, cudaStream_t* cuda);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,55 @@
+/* device_none.c — device.h without CUDA: every buffer is host memory. */
+#include "../common/result.h"
+#include "device.h"
+
+unsigned device_buffers(const struct coll_args* a, int nranks) {
+  (void)a;
+  (void)nranks;
+  return 0;
+}
+
+gcclResult_t device_execute(struct device_stage** stage, gcclComm_t comm, const struct coll_args* a,
+                            gcclResult_t (*run)(gcclComm_t, const struct coll_args*)) {
+  (void)stage;
+  (void)comm;
+  (void)a;
+  (void)run;
+  return err_set(gcclInternalError, "device buffers in a build without CUDA");
+}
+
+void device_stage_free(struct device_stage* stage) {
+  (void)stage;
+}
+
+int device_is_pointer(const void* p) {
+  (void)p;
+  return 0;
+}
+
+gcclResult_t device_encode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frame_bytes) {
+  (void)c;
+  (void)src;
+  (void)frame;
+  (void)cap;
+  (void)frame_bytes;
+  return err_set(gcclInternalError, "device buffers in a build without CUDA");
+}
+
+gcclResult_t device_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count,
+                                      gcclDataType_t dt) {
+  (void)frame;
+  (void)frame_bytes;
+  (void)dst;
+  (void)count;
+  (void)dt;
+  return err_set(gcclInternalError, "device buffers in a build without CUDA");
+}
+
+gcclResult_t device_residual_to_host(gcclCompressor_t c) {
+  (void)c;
+  return gcclSuccess;
+}
+
+void device_compressor_free(gcclCompressor_t c) {
+  (void)c;
+}

@@ -1,0 +1,101 @@
+/* device_codec.c — gcclEncode and gcclDecodeAccumulate on CUDA device buffers
+ * (device.h): the GPU codecs (gpu_compressor.h) behind the public codec API.
+ *
+ * A compressor used with a device tensor gets a GPU twin on first use. The twin
+ * encodes with the compressor's call number and rank, so its frames are the ones
+ * the CPU would have made. The error-feedback residual lives where the last
+ * encode ran: it moves to the device before a device encode and back to the host
+ * before anything that reads it there (a host encode, a collective, GetResidual,
+ * SetResidual), so alternating host and device use gives the host-only results. */
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/dtype.h"
+#include "../common/result.h"
+#include "../core/device.h"
+#include "compress/compressor.h"
+#include "compress/frame.h"
+#include "cuda/gpu_compressor.h"
+
+static gcclResult_t cuda_fail(cudaError_t e, const char* what) {
+  return err_set(gcclSystemError, "CUDA: %s failed: %s", what, cudaGetErrorString(e));
+}
+
+gcclResult_t device_residual_to_host(gcclCompressor_t c) {
+  if (!c->residual_on_device) return gcclSuccess;
+  GCCL_CHECK(gpu_compressor_get_residual(c->device, c->residual));
+  c->residual_on_device = 0;
+  return gcclSuccess;
+}
+
+void device_compressor_free(gcclCompressor_t c) {
+  gpu_compressor_destroy(c->device);
+  c->device = NULL;
+}
+
+gcclResult_t device_encode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frame_bytes) {
+  if (!device_is_pointer(src) && c->count > 0)
+    return err_set(gcclInvalidUsage, "gcclEncode: a device frame needs a device tensor (src is host memory)");
+  if (c->device == NULL) GCCL_CHECK(gpu_compressor_create(&c->device, c->spec_text, c->count, c->dt));
+  if (c->spec.ef && !c->residual_on_device) {
+    GCCL_CHECK(gpu_compressor_set_residual(c->device, c->residual));
+    c->residual_on_device = 1;
+  }
+  gpu_compressor_sync(c->device, c->calls, c->rank);
+  if (!device_is_pointer(frame)) {
+    GCCL_CHECK(gpu_compressor_encode(c->device, src, frame, cap, frame_bytes, NULL));
+  } else { /* a device frame: encoded into host memory, then copied over */
+    unsigned char* staged = malloc(c->bound);
+    if (staged == NULL) return err_set(gcclSystemError, "gcclEncode: out of memory staging a device frame");
+    gcclResult_t res = gpu_compressor_encode(c->device, src, staged, c->bound, frame_bytes, NULL);
+    cudaError_t e = res == gcclSuccess ? cudaMemcpy(frame, staged, *frame_bytes, cudaMemcpyHostToDevice) : cudaSuccess;
+    free(staged);
+    if (e != cudaSuccess) res = cuda_fail(e, "copying the frame to the device");
+    GCCL_CHECK(res);
+  }
+  c->calls++; /* the twin committed its residual; the call number moves on with it */
+  return gcclSuccess;
+}
+
+/* One decoder per thread: device scratch that grows to the largest frame seen. */
+static pthread_key_t decoder_key;
+static pthread_once_t decoder_once = PTHREAD_ONCE_INIT;
+static void decoder_free(void* p) {
+  gpu_compressor_destroy(p);
+}
+static void decoder_key_make(void) {
+  pthread_key_create(&decoder_key, decoder_free);
+}
+
+gcclResult_t device_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count,
+                                      gcclDataType_t dt) {
+  const void* host_frame = frame;
+  unsigned char* staged = NULL;
+  if (device_is_pointer(frame)) { /* frames are checked on the host before any byte of dst changes */
+    staged = malloc(frame_bytes ? frame_bytes : 1);
+    if (staged == NULL) return err_set(gcclSystemError, "gcclDecodeAccumulate: out of memory staging a device frame");
+    cudaError_t e = cudaMemcpy(staged, frame, frame_bytes, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+      free(staged);
+      return cuda_fail(e, "copying the frame from the device");
+    }
+    host_frame = staged;
+  }
+  gcclResult_t res;
+  if (!device_is_pointer(dst) && count > 0) {
+    res = frame_decode_accumulate(host_frame, frame_bytes, dst, count, dt);
+  } else {
+    pthread_once(&decoder_once, decoder_key_make);
+    struct gpu_compressor* g = pthread_getspecific(decoder_key);
+    res = gcclSuccess;
+    if (g == NULL) {
+      res = gpu_compressor_create(&g, "none", 0, gcclFloat32);
+      if (res == gcclSuccess) pthread_setspecific(decoder_key, g);
+    }
+    if (res == gcclSuccess) res = gpu_compressor_decode(g, host_frame, frame_bytes, dst, count, dt, NULL);
+  }
+  free(staged);
+  return res;
+}

@@ -1,0 +1,114 @@
+/* device_stage.c — device.h with CUDA: device buffers staged through pinned host
+ * memory, and gcclStreamCreateCuda. */
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/dtype.h"
+#include "../common/result.h"
+#include "../core/comm.h"
+#include "../core/device.h"
+#include "cuda/gpu_compressor.h"
+#include "gccl_cuda.h"
+
+struct device_stage {
+  unsigned char* host; /* pinned: send part, then receive part */
+  size_t cap;
+};
+
+static int have_device;
+static pthread_once_t have_device_once = PTHREAD_ONCE_INIT;
+static void probe_device(void) {
+  have_device = gpu_available(NULL);
+}
+
+int device_is_pointer(const void* p) {
+  pthread_once(&have_device_once, probe_device);
+  if (!have_device) return 0;
+  if (p == NULL) return 0;
+  struct cudaPointerAttributes attr;
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError(); /* not a pointer CUDA knows: host memory */
+    return 0;
+  }
+  return attr.type == cudaMemoryTypeDevice;
+}
+
+/* Bytes of the send and receive buffers of a call (coll.h's count convention). */
+static void call_bytes(const struct coll_args* a, int nranks, size_t* send, size_t* recv) {
+  size_t bytes = a->count * dtype_size(a->dt);
+  *send = a->kind == COLL_REDUCESCATTER ? bytes * (size_t)nranks : bytes;
+  *recv = a->kind == COLL_ALLGATHER ? bytes * (size_t)nranks : bytes;
+}
+
+unsigned device_buffers(const struct coll_args* a, int nranks) {
+  (void)nranks;
+  return (device_is_pointer(a->sendbuff) ? DEVICE_SEND : 0u) | (device_is_pointer(a->recvbuff) ? DEVICE_RECV : 0u);
+}
+
+static gcclResult_t cuda_fail(cudaError_t e, const char* what) {
+  return err_set(gcclSystemError, "CUDA: %s failed: %s", what, cudaGetErrorString(e));
+}
+
+gcclResult_t device_execute(struct device_stage** stage, gcclComm_t comm, const struct coll_args* a,
+                            gcclResult_t (*run)(gcclComm_t, const struct coll_args*)) {
+  size_t send, recv;
+  call_bytes(a, comm->nranks, &send, &recv);
+  struct device_stage* st = *stage;
+  if (st == NULL) {
+    st = calloc(1, sizeof *st);
+    if (st == NULL) return err_set(gcclSystemError, "out of memory for device staging");
+    *stage = st;
+  }
+  if (send + recv > st->cap) { /* grow: the old buffer is too small for this call */
+    cudaFreeHost(st->host);
+    st->host = NULL;
+    st->cap = 0;
+    cudaError_t e = cudaHostAlloc((void**)&st->host, send + recv, cudaHostAllocDefault);
+    if (e != cudaSuccess) return cuda_fail(e, "allocating pinned staging memory");
+    st->cap = send + recv;
+  }
+  cudaStream_t cs = (cudaStream_t)a->cuda_stream;
+  struct coll_args h = *a;
+  h.device = 0;
+  h.sendbuff = a->sendbuff;
+  h.recvbuff = a->recvbuff;
+  if (a->device & DEVICE_SEND) {
+    h.sendbuff = st->host;
+    if (send) {
+      cudaError_t e = cudaMemcpyAsync(st->host, a->sendbuff, send, cudaMemcpyDeviceToHost, cs);
+      if (e == cudaSuccess) e = cudaStreamSynchronize(cs); /* also: what came before on the stream is done */
+      if (e != cudaSuccess) return cuda_fail(e, "copying the send buffer from the device");
+    }
+  }
+  if (a->device & DEVICE_RECV) h.recvbuff = st->host + send; /* out of place on the host, also for in-place calls */
+  GCCL_CHECK(run(comm, &h));
+  /* A reduce leaves non-root receive buffers alone. */
+  int writes_recv = a->kind != COLL_REDUCE || a->root == comm->rank;
+  if ((a->device & DEVICE_RECV) && writes_recv && recv) {
+    cudaError_t e = cudaMemcpyAsync(a->recvbuff, h.recvbuff, recv, cudaMemcpyHostToDevice, cs);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cs);
+    if (e != cudaSuccess) return cuda_fail(e, "copying the result to the device");
+  }
+  return gcclSuccess;
+}
+
+void device_stage_free(struct device_stage* stage) {
+  if (stage == NULL) return;
+  cudaFreeHost(stage->host);
+  free(stage);
+}
+
+gcclResult_t gcclStreamCreateCuda(gcclStream_t* s, cudaStream_t cuda) {
+  GCCL_CHECK(gcclStreamCreate(s));
+  stream_set_cuda(*s, (void*)cuda);
+  return gcclSuccess;
+}
+
+gcclResult_t gcclStreamGetCuda(gcclStream_t s, cudaStream_t* cuda) {
+  if (!stream_valid(s)) return err_set(gcclInvalidArgument, "gcclStreamGetCuda: not a live gcclStream_t");
+  if (cuda == NULL) return err_set(gcclInvalidArgument, "gcclStreamGetCuda: cuda is NULL");
+  *cuda = (cudaStream_t)stream_cuda(s);
+  return gcclSuccess;
+}

@@ -1,0 +1,161 @@
+// Collectives on CUDA device buffers (gccl_cuda.h): staged through pinned host
+// memory, the same results as host buffers. Thread ranks share one GPU. Every test
+// skips, saying why, when no CUDA device is present.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/harness.h"
+#include "cuda/gpu_test.h"
+#include "gccl.h"
+#include "gccl_cuda.h"
+
+namespace {
+
+// Element i of rank r's input: integer-valued, so every summation order is exact.
+float Input(int r, size_t i) {
+  return static_cast<float>((r + 1) * static_cast<int>(i % 17) - 8);
+}
+
+struct DeviceFloats {
+  explicit DeviceFloats(size_t count) : n(count) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), (n ? n : 1) * sizeof(float)), cudaSuccess);
+  }
+  ~DeviceFloats() { cudaFree(p); }
+  DeviceFloats(const DeviceFloats&) = delete;
+  DeviceFloats& operator=(const DeviceFloats&) = delete;
+  void Put(const std::vector<float>& v) {
+    ASSERT_EQ(cudaMemcpy(p, v.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  std::vector<float> Get() const {
+    std::vector<float> v(n);
+    EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  }
+  float* p = nullptr;
+  size_t n;
+};
+
+// Dense and fp16-compressed allreduce (exact on these inputs), in and out of place,
+// on a CUDA stream and on the default stream, for p = 1..4 and awkward counts.
+TEST(DeviceBuffers, AllReduceDenseAndCompressedEqualTheExactSum) {
+  SKIP_WITHOUT_GPU();
+  for (int p : {1, 2, 3, 4}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{1031}, size_t{100003}}) {
+      SCOPED_TRACE("p=" + std::to_string(p) + " n=" + std::to_string(n));
+      std::vector<float> want(n, 0.0f);
+      for (int r = 0; r < p; r++)
+        for (size_t i = 0; i < n; i++) want[i] += Input(r, i);
+      ASSERT_EQ(gh::RunRanks(p,
+                             [&](int r, gcclComm_t comm) {
+                               std::vector<float> in(n);
+                               for (size_t i = 0; i < n; i++) in[i] = Input(r, i);
+                               cudaStream_t cs;
+                               ASSERT_EQ(cudaStreamCreate(&cs), cudaSuccess);
+                               gcclStream_t s = nullptr;
+                               ASSERT_EQ(gcclStreamCreateCuda(&s, cs), gcclSuccess);
+                               DeviceFloats send(n), recv(n);
+                               send.Put(in);
+                               EXPECT_EQ(gcclAllReduce(send.p, recv.p, n, gcclFloat32, gcclSum, comm, s), gcclSuccess);
+                               EXPECT_EQ(gcclStreamSynchronize(s), gcclSuccess);
+                               EXPECT_EQ(recv.Get(), want) << "dense, out of place, rank " << r;
+                               EXPECT_EQ(send.Get(), in) << "the send buffer changed";
+                               gcclCompressor_t c = nullptr;
+                               ASSERT_EQ(gcclCompressorCreate(&c, "fp16", n, gcclFloat32), gcclSuccess);
+                               EXPECT_EQ(
+                                   gcclAllReduceCompressed(send.p, send.p, n, gcclFloat32, gcclSum, c, comm, nullptr),
+                                   gcclSuccess)
+                                   << gcclGetLastError(comm);
+                               EXPECT_EQ(send.Get(), want) << "fp16, in place, rank " << r;
+                               gcclCompressorDestroy(c);
+                               gcclStreamDestroy(s);
+                               cudaStreamDestroy(cs);
+                             }),
+                gcclSuccess);
+    }
+  }
+}
+
+// The compressed allgather and reduce-scatter with device buffers give the host
+// buffers' bits, on every rank.
+TEST(DeviceBuffers, CompressedAllGatherAndReduceScatterEqualTheHostPath) {
+  SKIP_WITHOUT_GPU();
+  const int p = 3;
+  const size_t n = 1031;
+  std::vector<std::vector<float>> host_ag(p), dev_ag(p), host_rs(p), dev_rs(p);
+  ASSERT_EQ(
+      gh::RunRanks(
+          p,
+          [&](int r, gcclComm_t comm) {
+            std::vector<float> in(n * p);
+            for (size_t i = 0; i < n * p; i++) in[i] = Input(r, i) * 0.37f;
+            size_t ru = static_cast<size_t>(r);
+            for (int pass = 0; pass < 2; pass++) {  // 0: host buffers, 1: device buffers
+              gcclCompressor_t ag = nullptr, rs = nullptr;
+              ASSERT_EQ(gcclCompressorCreate(&ag, "uniform:bits=4", n, gcclFloat32), gcclSuccess);
+              ASSERT_EQ(gcclCompressorCreate(&rs, "sign", n * p, gcclFloat32), gcclSuccess);
+              std::vector<float> out_ag(n * p), out_rs(n);
+              if (pass == 0) {
+                EXPECT_EQ(gcclAllGatherCompressed(in.data(), out_ag.data(), n, gcclFloat32, ag, comm, nullptr),
+                          gcclSuccess);
+                EXPECT_EQ(
+                    gcclReduceScatterCompressed(in.data(), out_rs.data(), n, gcclFloat32, gcclSum, rs, comm, nullptr),
+                    gcclSuccess);
+                host_ag[ru] = out_ag;
+                host_rs[ru] = out_rs;
+              } else {
+                DeviceFloats send(n * p), ag_out(n * p), rs_out(n);
+                send.Put(in);
+                EXPECT_EQ(gcclAllGatherCompressed(send.p, ag_out.p, n, gcclFloat32, ag, comm, nullptr), gcclSuccess);
+                EXPECT_EQ(gcclReduceScatterCompressed(send.p, rs_out.p, n, gcclFloat32, gcclSum, rs, comm, nullptr),
+                          gcclSuccess);
+                dev_ag[ru] = ag_out.Get();
+                dev_rs[ru] = rs_out.Get();
+              }
+              gcclCompressorDestroy(ag);
+              gcclCompressorDestroy(rs);
+            }
+          }),
+      gcclSuccess);
+  for (int r = 0; r < p; r++) {
+    EXPECT_EQ(std::memcmp(dev_ag[r].data(), host_ag[r].data(), n * p * sizeof(float)), 0) << "allgather, rank " << r;
+    EXPECT_EQ(std::memcmp(dev_rs[r].data(), host_rs[r].data(), n * sizeof(float)), 0) << "reducescatter, rank " << r;
+    EXPECT_EQ(std::memcmp(dev_ag[r].data(), dev_ag[0].data(), n * p * sizeof(float)), 0) << "rank " << r;
+  }
+}
+
+// A reduce leaves the receive buffers of non-root ranks as they were.
+TEST(DeviceBuffers, ReduceLeavesNonRootReceiveBuffersAlone) {
+  SKIP_WITHOUT_GPU();
+  const int p = 3;
+  const size_t n = 13;
+  ASSERT_EQ(gh::RunRanks(p,
+                         [&](int r, gcclComm_t comm) {
+                           std::vector<float> in(n, 1.0f), sentinel(n, -7.0f);
+                           DeviceFloats send(n), recv(n);
+                           send.Put(in);
+                           recv.Put(sentinel);
+                           EXPECT_EQ(gcclReduce(send.p, recv.p, n, gcclFloat32, gcclSum, 1, comm, nullptr),
+                                     gcclSuccess);
+                           EXPECT_EQ(recv.Get(), r == 1 ? std::vector<float>(n, 3.0f) : sentinel) << "rank " << r;
+                         }),
+            gcclSuccess);
+}
+
+TEST(DeviceBuffers, StreamGetCudaReturnsTheWrappedStream) {
+  SKIP_WITHOUT_GPU();
+  cudaStream_t cs, back = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&cs), cudaSuccess);
+  gcclStream_t s = nullptr;
+  ASSERT_EQ(gcclStreamCreateCuda(&s, cs), gcclSuccess);
+  EXPECT_EQ(gcclStreamGetCuda(s, &back), gcclSuccess);
+  EXPECT_EQ(back, cs);
+  EXPECT_EQ(gcclStreamGetCuda(s, nullptr), gcclInvalidArgument);
+  EXPECT_EQ(gcclStreamDestroy(s), gcclSuccess);
+  EXPECT_EQ(gcclStreamGetCuda(nullptr, &back), gcclInvalidArgument);
+  cudaStreamDestroy(cs);
+}
+
+}  // namespace
