@@ -8,7 +8,9 @@
  * with the same schedules, codecs and error-feedback residuals as host buffers,
  * and copies the result back; the calling thread (or the gccl stream's worker)
  * waits for all of it. The CUDA stream of a call is the one its gccl stream was
- * made with (gcclStreamCreateCuda), else the legacy default stream. */
+ * made with (gcclStreamCreateCuda), else the legacy default stream. Pointers are
+ * looked at only once the process uses CUDA (a device's primary context is
+ * active), so a process that never touches CUDA gets no CUDA context from gccl. */
 #ifndef GCCL_CUDA_H
 #define GCCL_CUDA_H
 

@@ -15,7 +15,18 @@ build_and_test() { # name, cmake args...
   (cd "$dir" && ctest --output-on-failure -j "$jobs" ${CTEST_ARGS:-})
 }
 
-build_and_test release -DCMAKE_BUILD_TYPE=Release
+# The CUDA kernels compile and link whenever the toolkit is here, for the
+# architectures CI checks (their tests skip without a GPU).
+cuda_args=()
+nvcc=$(command -v nvcc || true)
+[ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc
+if [ -n "$nvcc" ]; then
+  cuda_args=(-DGCCL_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="80;90")
+else
+  echo "=== no CUDA toolkit here: the GPU kernels and their tests are not built"
+  cuda_args=(-DGCCL_WITH_CUDA=OFF)
+fi
+build_and_test release -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}"
 
 # The Python binding, DDP hooks (torch.multiprocessing, gloo; mpirun for the MPI
 # mode) and a short convergence run, on the Release library with Debian's

@@ -1,6 +1,7 @@
 /* device_stage.c — device.h with CUDA: device buffers staged through pinned host
  * memory, and gcclStreamCreateCuda. */
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,16 +18,44 @@ struct device_stage {
   size_t cap;
 };
 
-static int have_device;
-static pthread_once_t have_device_once = PTHREAD_ONCE_INIT;
-static void probe_device(void) {
-  have_device = gpu_available(NULL);
+/* Asking CUDA about a pointer creates a CUDA context (hundreds of MB of device
+ * memory) in a process that had none, which a CPU-only user of a CUDA build on a
+ * GPU machine must not pay. So pointers are looked at only once some device's
+ * primary context (the one the runtime API uses) is active: a process holding
+ * device buffers has one. The driver is asked through dlopen, so that libgccl
+ * keeps loading on machines without it. */
+typedef int (*device_get_fn)(int* dev, int ordinal);                    /* cuDeviceGet */
+typedef int (*primary_state_fn)(int dev, unsigned* flags, int* active); /* cuDevicePrimaryCtxGetState */
+static struct {
+  int devices;
+  device_get_fn device_get;
+  primary_state_fn primary_state;
+} cuda;
+static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
+
+static void probe_cuda(void) {
+  if (!gpu_available(NULL) || cudaGetDeviceCount(&cuda.devices) != cudaSuccess) return;
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD); /* loaded by the runtime's probe */
+  if (lib == NULL) lib = dlopen("libcuda.so.1", RTLD_NOW);
+  if (lib == NULL) return;
+  cuda.device_get = (device_get_fn)dlsym(lib, "cuDeviceGet");
+  cuda.primary_state = (primary_state_fn)dlsym(lib, "cuDevicePrimaryCtxGetState");
+}
+
+/* 1 once the process uses CUDA (a primary context is active on some device). */
+static int cuda_in_use(void) {
+  pthread_once(&cuda_once, probe_cuda);
+  if (cuda.primary_state == NULL || cuda.device_get == NULL) return 0;
+  for (int d = 0; d < cuda.devices; d++) {
+    int dev = 0, active = 0;
+    unsigned flags = 0;
+    if (cuda.device_get(&dev, d) == 0 && cuda.primary_state(dev, &flags, &active) == 0 && active) return 1;
+  }
+  return 0;
 }
 
 int device_is_pointer(const void* p) {
-  pthread_once(&have_device_once, probe_device);
-  if (!have_device) return 0;
-  if (p == NULL) return 0;
+  if (p == NULL || !cuda_in_use()) return 0;
   struct cudaPointerAttributes attr;
   if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
     cudaGetLastError(); /* not a pointer CUDA knows: host memory */
