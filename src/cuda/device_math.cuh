@@ -27,12 +27,59 @@ inline unsigned Blocks(size_t n) {
   return static_cast<unsigned>(b == 0 ? 1 : (b < cap ? b : cap));
 }
 
+// NaN bits as x86 makes them, so that NaNs in frames and sums match the CPU's:
+// CUDA's arithmetic and conversions return one canonical NaN instead. An operation
+// with a NaN operand returns that NaN quieted (the first one if both are NaN); an
+// invalid one (inf - inf) returns the "default NaN" 0xFFC00000; conversions keep
+// the sign and the top payload bits.
+__device__ __forceinline__ bool IsNanBits32(uint32_t u) {
+  return (u & 0x7FFFFFFFu) > 0x7F800000u;
+}
+__device__ __forceinline__ bool IsNanBits64(uint64_t u) {
+  return (u & 0x7FFFFFFFFFFFFFFFull) > 0x7FF0000000000000ull;
+}
+
+__device__ __forceinline__ float AddF32(float a, float b) {
+  const uint32_t ua = fb_bits(a), ub = fb_bits(b);
+  if (IsNanBits32(ua)) return fb_float(ua | 0x00400000u);
+  if (IsNanBits32(ub)) return fb_float(ub | 0x00400000u);
+  const float r = __fadd_rn(a, b);
+  return IsNanBits32(fb_bits(r)) ? fb_float(0xFFC00000u) : r;
+}
+
+__device__ __forceinline__ double AddF64(double a, double b) {
+  const uint64_t ua = static_cast<uint64_t>(__double_as_longlong(a)),
+                 ub = static_cast<uint64_t>(__double_as_longlong(b));
+  if (IsNanBits64(ua)) return __longlong_as_double(static_cast<long long>(ua | 0x0008000000000000ull));
+  if (IsNanBits64(ub)) return __longlong_as_double(static_cast<long long>(ub | 0x0008000000000000ull));
+  const double r = __dadd_rn(a, b);
+  return IsNanBits64(static_cast<uint64_t>(__double_as_longlong(r)))
+             ? __longlong_as_double(static_cast<long long>(0xFFF8000000000000ull))
+             : r;
+}
+
+// fp32 to fp64 (exact; a NaN keeps its payload, quieted) and fp64 to fp32 (round
+// to nearest even; a NaN keeps the top 23 bits of its payload, quieted).
+__device__ __forceinline__ double WidenF32(float v) {
+  const uint32_t u = fb_bits(v);
+  if (!IsNanBits32(u)) return static_cast<double>(v);
+  const uint64_t sign = static_cast<uint64_t>(u >> 31) << 63, mant = static_cast<uint64_t>(u & 0x7FFFFFu) << 29;
+  return __longlong_as_double(static_cast<long long>(sign | 0x7FF8000000000000ull | mant));
+}
+__device__ __forceinline__ float NarrowF64(double d) {
+  const uint64_t u = static_cast<uint64_t>(__double_as_longlong(d));
+  if (!IsNanBits64(u)) return __double2float_rn(d);
+  const uint32_t sign = static_cast<uint32_t>(u >> 63) << 31,
+                 mant = static_cast<uint32_t>((u & 0xFFFFFFFFFFFFFull) >> 29);
+  return fb_float(sign | 0x7FC00000u | mant);
+}
+
 // Element i of a float tensor of DT as fp32 (exact for fp16/bf16; fp64 rounds to
 // nearest even, as a C cast does).
 template <gcclDataType_t DT>
 __device__ __forceinline__ float LoadF32(const void* src, size_t i) {
   if (DT == gcclFloat32) return static_cast<const float*>(src)[i];
-  if (DT == gcclFloat64) return static_cast<float>(static_cast<const double*>(src)[i]);
+  if (DT == gcclFloat64) return NarrowF64(static_cast<const double*>(src)[i]);
   if (DT == gcclFloat16) return fb_half_to_float(static_cast<const uint16_t*>(src)[i]);
   return fb_bf16_to_float(static_cast<const uint16_t*>(src)[i]);
 }
@@ -41,7 +88,7 @@ __device__ __forceinline__ float LoadF32(const void* src, size_t i) {
 template <gcclDataType_t DT>
 __device__ __forceinline__ float InputX(const void* src, const float* resid_in, size_t i) {
   float x = LoadF32<DT>(src, i);
-  if (resid_in) x = __fadd_rn(x, resid_in[i]);
+  if (resid_in) x = AddF32(x, resid_in[i]);
   return x;
 }
 
@@ -59,16 +106,16 @@ template <gcclDataType_t DT>
 __device__ __forceinline__ void Accumulate(void* dst, size_t i, float v) {
   if (DT == gcclFloat32) {
     float* d = static_cast<float*>(dst);
-    d[i] = __fadd_rn(d[i], v);
+    d[i] = AddF32(d[i], v);
   } else if (DT == gcclFloat64) {
     double* d = static_cast<double*>(dst);
-    d[i] = __dadd_rn(d[i], static_cast<double>(v));
+    d[i] = AddF64(d[i], WidenF32(v));
   } else if (DT == gcclFloat16) {
     uint16_t* d = static_cast<uint16_t*>(dst);
-    d[i] = fb_float_to_half(__fadd_rn(fb_half_to_float(d[i]), v));
+    d[i] = fb_float_to_half(AddF32(fb_half_to_float(d[i]), v));
   } else {
     uint16_t* d = static_cast<uint16_t*>(dst);
-    d[i] = fb_float_to_bf16(__fadd_rn(fb_bf16_to_float(d[i]), v));
+    d[i] = fb_float_to_bf16(AddF32(fb_bf16_to_float(d[i]), v));
   }
 }
 

@@ -60,7 +60,7 @@ __global__ void RawResidual(const void* src, const float* resid_in, float* resid
 template <gcclDataType_t DT>
 __device__ double LoadWide(const void* dst, size_t i) {
   if (DT == gcclFloat64) return static_cast<const double*>(dst)[i];
-  return static_cast<double>(gk::LoadF32<DT>(dst, i));
+  return gk::WidenF32(gk::LoadF32<DT>(dst, i));
 }
 
 template <gcclDataType_t DT>
@@ -71,7 +71,10 @@ __global__ void SaveAt(const void* dst, const unsigned char* entries, size_t nex
     saved[j] = LoadWide<DT>(dst, gk::GetU64(entries + j * (8 + es)));
 }
 
-// dst[i] = saved + raw, in DT's arithmetic (decode.c's add_raw).
+// dst[i] = saved + raw, in DT's arithmetic (decode.c's add_raw). The bucket codecs'
+// CPU decoders add the zeroed slot first (block_accumulate: dst + 0, so a -0 there
+// becomes +0); the sparse ones skip it, which differs only for a raw -0, and only
+// an overflowing bucket sends one.
 template <gcclDataType_t DT>
 __global__ void ApplyAt(void* dst, const unsigned char* entries, size_t nexc, const double* saved) {
   constexpr size_t es = DT == gcclFloat64 ? 8 : DT == gcclFloat32 ? 4 : 2;
@@ -79,16 +82,17 @@ __global__ void ApplyAt(void* dst, const unsigned char* entries, size_t nexc, co
        j += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const unsigned char* e = entries + j * (8 + es);
     const size_t i = gk::GetU64(e);
+    const double base = saved[j] == 0.0 ? 0.0 : saved[j];
     if (DT == gcclFloat64) {
       const double raw = __longlong_as_double(static_cast<long long>(gk::GetU64(e + 8)));
-      static_cast<double*>(dst)[i] = __dadd_rn(saved[j], raw);
+      static_cast<double*>(dst)[i] = gk::AddF64(base, raw);
     } else if (DT == gcclFloat32) {
       const float raw = fb_float(gk::GetU32(e + 8));
-      static_cast<float*>(dst)[i] = __fadd_rn(static_cast<float>(saved[j]), raw);
+      static_cast<float*>(dst)[i] = gk::AddF32(gk::NarrowF64(base), raw);
     } else {
       const uint16_t bits = static_cast<uint16_t>(e[8] | (e[9] << 8));
       const float raw = DT == gcclFloat16 ? fb_half_to_float(bits) : fb_bf16_to_float(bits);
-      const float sum = __fadd_rn(static_cast<float>(saved[j]), raw);
+      const float sum = gk::AddF32(gk::NarrowF64(base), raw);
       static_cast<uint16_t*>(dst)[i] = DT == gcclFloat16 ? fb_float_to_half(sum) : fb_float_to_bf16(sum);
     }
   }
@@ -99,7 +103,7 @@ __global__ void RawDecode(const void* payload, size_t n, void* dst) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     if (DT == gcclFloat64)
-      static_cast<double*>(dst)[i] = __dadd_rn(static_cast<double*>(dst)[i], static_cast<const double*>(payload)[i]);
+      static_cast<double*>(dst)[i] = gk::AddF64(static_cast<double*>(dst)[i], static_cast<const double*>(payload)[i]);
     else
       gk::Accumulate<DT>(dst, i, gk::LoadF32<DT>(payload, i));
   }

@@ -118,6 +118,8 @@ gcclResult_t gpu_compressor_create(struct gpu_compressor** out, const char* spec
   g->host->spec.ef = ef;
   const struct codec_spec* s = &g->host->spec;
   const char* missing = gpu_spec_missing(s);
+  if (s->codec == CODEC_TOPK && (uint64_t)count >> 32) /* its histograms count in 32 bits */
+    missing = "topk of 2^32 or more elements";
   if (missing) {
     res = err_set(gcclInvalidUsage, "%s has no GPU kernel yet", missing);
     goto fail;

@@ -24,8 +24,13 @@ __global__ void HalfEncode(const void* src, const float* resid_in, float* resid_
 template <gcclDataType_t DT, bool BF16>
 __global__ void HalfDecode(const uint16_t* in, size_t n, void* dst) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x)
-    gk::Accumulate<DT>(dst, i, BF16 ? fb_bf16_to_float(in[i]) : fb_half_to_float(in[i]));
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    float v = BF16 ? fb_bf16_to_float(in[i]) : fb_half_to_float(in[i]);
+    // codec_half.c adds to other dtypes from a zeroed fp32 block (0.0f + v), where
+    // a -0 code arrives as +0.
+    if (DT != gcclFloat32 && fb_bits(v) == 0x80000000u) v = 0.0f;
+    gk::Accumulate<DT>(dst, i, v);
+  }
 }
 
 }  // namespace

@@ -1,9 +1,7 @@
 // sign_kernels.cu — sign on the GPU (codec_sign.c's format and arithmetic, through
 // codec_math.h). Encode: one warp per bucket. The scale is the mean |x| of the
-// finite elements in the canonical summation order: lane l < 16 of the warp holds
-// the canonical lane l (elements j = l mod 16, added in increasing j: j0 + l, then
-// j0 + 16 + l, for each 32 elements j0), and the lanes then combine as the tree of
-// canon_lanes_combine. A second pass writes the bits with ballots.
+// finite elements in the canonical summation order (gk::CanonWarpAdd). A second
+// pass writes the bits with ballots.
 #include "compress/codec_math.h"
 #include "cuda/device_math.cuh"
 #include "cuda/gpu_kernels.h"
@@ -28,19 +26,13 @@ __global__ void SignEncode(const void* src, const float* resid_in, float* resid_
       const size_t j = j0 + lane;
       float x = j < m ? gk::InputX<DT>(src, resid_in, base + j) : 0.0f;
       int fin = fb_finite(x);
-      float a = fabsf(fin ? x : 0.0f);
-      float upper = __shfl_down_sync(gk::kFullMask, a, 16);
-      if (lane < 16) acc = __fadd_rn(__fadd_rn(acc, a), upper);
+      acc = gk::CanonWarpAdd(acc, fabsf(fin ? x : 0.0f), lane);
       nf += static_cast<size_t>(__popc(__ballot_sync(gk::kFullMask, j < m && fin)));
     }
-    for (int w = CANON_LANES / 2; w >= 1; w /= 2) {
-      float other = __shfl_down_sync(gk::kFullMask, acc, w);
-      if (lane < static_cast<unsigned>(w)) acc = __fadd_rn(acc, other);
-    }
-    const float scale = sign_scale(__shfl_sync(gk::kFullMask, acc, 0), nf);
+    const float scale = sign_scale(gk::CanonWarpTotal(acc, lane), nf);
     const size_t code_bytes = (m + 7) / 8;
     // A scale that overflowed makes every element an exception.
-    const int verdict = !fb_finite(scale) ? EXC_BUCKET_ALL : nf < m ? EXC_BUCKET_NONFINITE : EXC_BUCKET_NONE;
+    const int verdict = gk::BucketVerdict(fb_finite(scale), nf < m);
     gk::WarpBucketVerdict(verdict, lane, b, bucket_bad, nbad, out, 4 + code_bytes, resid_out, base, m);
     if (verdict == EXC_BUCKET_ALL) return;
     if (lane == 0) gk::PutU32(out, fb_bits(scale));

@@ -104,6 +104,7 @@ __global__ void PickDigit(int pass, unsigned long long k, gk_topk_state* st, uns
   }
   __syncwarp();
   const unsigned long long r = st->remaining;
+  __syncwarp();                                    // every lane has read r before the crossing lane changes it
   const unsigned long long before = above - mine;  // keys in the bins of lanes before this one
   if (r > 0 && before < r && r <= above) {         // exactly one lane holds the r-th largest
     unsigned long long cum = before;
