@@ -48,6 +48,22 @@ struct coll_args {
   void* cuda_stream; /* the cudaStream_t those buffers are ordered on (NULL: the default) */
 };
 
+/* What a call does with its buffers on `rank` of nranks: the bytes its send and
+ * receive buffers span (count * size must not overflow: argcheck checks), and
+ * whether it reads the send buffer (broadcast: the root only) and writes the
+ * receive buffer (reduce: the root only). */
+struct coll_extent {
+  size_t send_bytes, recv_bytes;
+  int reads_send, writes_recv;
+};
+static inline struct coll_extent coll_extent_of(const struct coll_args* a, size_t elem_size, int rank, int nranks) {
+  size_t bytes = a->count * elem_size, p = (size_t)nranks;
+  struct coll_extent e = {a->kind == COLL_REDUCESCATTER ? bytes * p : bytes,
+                          a->kind == COLL_ALLGATHER ? bytes * p : bytes, a->kind != COLL_BROADCAST || rank == a->root,
+                          a->kind != COLL_REDUCE || rank == a->root};
+  return e;
+}
+
 /* A user's call as the public functions make it: no compressor yet, host buffers
  * until enqueue looks. */
 static inline struct coll_args coll_call(enum coll_kind kind, const void* sendbuff, void* recvbuff, size_t count,

@@ -51,14 +51,10 @@ gcclResult_t argcheck_collective(gcclComm_t comm, const struct coll_args* a, con
     return err_set(gcclInvalidArgument, "%s: count %zu of %s overflows the addressable size", fn, a->count,
                    dtype_name(a->dt));
   size_t bytes = a->count * size;
-  size_t send_bytes = bytes, recv_bytes = bytes;
-  if (a->kind == COLL_ALLGATHER) recv_bytes = bytes * p;
-  if (a->kind == COLL_REDUCESCATTER) send_bytes = bytes * p;
-  int is_root = comm->rank == a->root;
-  int reads_send = a->kind != COLL_BROADCAST || is_root;
-  int writes_recv = a->kind != COLL_REDUCE || is_root;
-  if (bytes && reads_send && !a->sendbuff) return err_set(gcclInvalidArgument, "%s: sendbuff is NULL", fn);
-  if (bytes && writes_recv && !a->recvbuff) return err_set(gcclInvalidArgument, "%s: recvbuff is NULL", fn);
-  if (reads_send && writes_recv) GCCL_CHECK(check_overlap(a, send_bytes, recv_bytes, (size_t)comm->rank * bytes, fn));
+  struct coll_extent e = coll_extent_of(a, size, comm->rank, comm->nranks);
+  if (bytes && e.reads_send && !a->sendbuff) return err_set(gcclInvalidArgument, "%s: sendbuff is NULL", fn);
+  if (bytes && e.writes_recv && !a->recvbuff) return err_set(gcclInvalidArgument, "%s: recvbuff is NULL", fn);
+  if (e.reads_send && e.writes_recv)
+    GCCL_CHECK(check_overlap(a, e.send_bytes, e.recv_bytes, (size_t)comm->rank * bytes, fn));
   return gcclSuccess;
 }

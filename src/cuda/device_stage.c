@@ -64,13 +64,6 @@ int device_is_pointer(const void* p) {
   return attr.type == cudaMemoryTypeDevice;
 }
 
-/* Bytes of the send and receive buffers of a call (coll.h's count convention). */
-static void call_bytes(const struct coll_args* a, int nranks, size_t* send, size_t* recv) {
-  size_t bytes = a->count * dtype_size(a->dt);
-  *send = a->kind == COLL_REDUCESCATTER ? bytes * (size_t)nranks : bytes;
-  *recv = a->kind == COLL_ALLGATHER ? bytes * (size_t)nranks : bytes;
-}
-
 unsigned device_buffers(const struct coll_args* a, int nranks) {
   (void)nranks;
   return (device_is_pointer(a->sendbuff) ? DEVICE_SEND : 0u) | (device_is_pointer(a->recvbuff) ? DEVICE_RECV : 0u);
@@ -82,8 +75,8 @@ static gcclResult_t cuda_fail(cudaError_t e, const char* what) {
 
 gcclResult_t device_execute(struct device_stage** stage, gcclComm_t comm, const struct coll_args* a,
                             gcclResult_t (*run)(gcclComm_t, const struct coll_args*)) {
-  size_t send, recv;
-  call_bytes(a, comm->nranks, &send, &recv);
+  struct coll_extent ext = coll_extent_of(a, dtype_size(a->dt), comm->rank, comm->nranks);
+  size_t send = ext.send_bytes, recv = ext.recv_bytes;
   struct device_stage* st = *stage;
   if (st == NULL) {
     st = calloc(1, sizeof *st);
@@ -101,11 +94,9 @@ gcclResult_t device_execute(struct device_stage** stage, gcclComm_t comm, const 
   cudaStream_t cs = (cudaStream_t)a->cuda_stream;
   struct coll_args h = *a;
   h.device = 0;
-  h.sendbuff = a->sendbuff;
-  h.recvbuff = a->recvbuff;
   if (a->device & DEVICE_SEND) {
     h.sendbuff = st->host;
-    if (send) {
+    if (send && ext.reads_send) {
       cudaError_t e = cudaMemcpyAsync(st->host, a->sendbuff, send, cudaMemcpyDeviceToHost, cs);
       if (e == cudaSuccess) e = cudaStreamSynchronize(cs); /* also: what came before on the stream is done */
       if (e != cudaSuccess) return cuda_fail(e, "copying the send buffer from the device");
@@ -114,8 +105,7 @@ gcclResult_t device_execute(struct device_stage** stage, gcclComm_t comm, const 
   if (a->device & DEVICE_RECV) h.recvbuff = st->host + send; /* out of place on the host, also for in-place calls */
   GCCL_CHECK(run(comm, &h));
   /* A reduce leaves non-root receive buffers alone. */
-  int writes_recv = a->kind != COLL_REDUCE || a->root == comm->rank;
-  if ((a->device & DEVICE_RECV) && writes_recv && recv) {
+  if ((a->device & DEVICE_RECV) && ext.writes_recv && recv) {
     cudaError_t e = cudaMemcpyAsync(a->recvbuff, h.recvbuff, recv, cudaMemcpyHostToDevice, cs);
     if (e == cudaSuccess) e = cudaStreamSynchronize(cs);
     if (e != cudaSuccess) return cuda_fail(e, "copying the result to the device");

@@ -132,49 +132,44 @@ extern "C" cudaError_t gk_exceptions_select(const void* src, gcclDataType_t dt, 
 extern "C" cudaError_t gk_exceptions_write(const void* src, gcclDataType_t dt, const uint64_t* exc, size_t nexc,
                                            unsigned char* out, cudaStream_t s) {
   if (nexc == 0) return cudaSuccess;
-  return gk::DispatchFloat(dt, [&](auto tag) {
+  return gk::LaunchFloat(dt, [&](auto tag) {
     constexpr gcclDataType_t DT = decltype(tag)::value;
     WriteEntries<DT><<<gk::Blocks(nexc), gk::kThreads, 0, s>>>(src, exc, nexc, out);
-    return cudaGetLastError();
   });
 }
 
 extern "C" cudaError_t gk_raw_residual(const void* src, gcclDataType_t dt, const float* resid_in, float* resid_out,
                                        size_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  return gk::DispatchFloat(dt, [&](auto tag) {
+  return gk::LaunchFloat(dt, [&](auto tag) {
     constexpr gcclDataType_t DT = decltype(tag)::value;
     RawResidual<DT><<<gk::Blocks(n), gk::kThreads, 0, s>>>(src, resid_in, resid_out, n);
-    return cudaGetLastError();
   });
 }
 
 extern "C" cudaError_t gk_exceptions_save(const void* dst, gcclDataType_t dt, const unsigned char* entries, size_t nexc,
                                           double* saved, cudaStream_t s) {
   if (nexc == 0) return cudaSuccess;
-  return gk::DispatchFloat(dt, [&](auto tag) {
+  return gk::LaunchFloat(dt, [&](auto tag) {
     constexpr gcclDataType_t DT = decltype(tag)::value;
     SaveAt<DT><<<gk::Blocks(nexc), gk::kThreads, 0, s>>>(dst, entries, nexc, saved);
-    return cudaGetLastError();
   });
 }
 
 extern "C" cudaError_t gk_exceptions_apply(void* dst, gcclDataType_t dt, const unsigned char* entries, size_t nexc,
                                            const double* saved, cudaStream_t s) {
   if (nexc == 0) return cudaSuccess;
-  return gk::DispatchFloat(dt, [&](auto tag) {
+  return gk::LaunchFloat(dt, [&](auto tag) {
     constexpr gcclDataType_t DT = decltype(tag)::value;
     ApplyAt<DT><<<gk::Blocks(nexc), gk::kThreads, 0, s>>>(dst, entries, nexc, saved);
-    return cudaGetLastError();
   });
 }
 
 extern "C" cudaError_t gk_raw_decode(const unsigned char* payload, size_t n, void* dst, gcclDataType_t dt,
                                      cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  return gk::DispatchFloat(dt, [&](auto tag) {
+  return gk::LaunchFloat(dt, [&](auto tag) {
     constexpr gcclDataType_t DT = decltype(tag)::value;
     RawDecode<DT><<<gk::Blocks(n), gk::kThreads, 0, s>>>(payload, n, dst);
-    return cudaGetLastError();
   });
 }

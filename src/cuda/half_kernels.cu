@@ -39,13 +39,12 @@ extern "C" cudaError_t gk_half_encode(int bf16, const void* src, gcclDataType_t 
                                       float* resid_out, size_t n, unsigned char* payload, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
   uint16_t* out = reinterpret_cast<uint16_t*>(payload);  // the driver keeps payloads 16-byte aligned
-  return gk::DispatchFloat(dt, [&](auto tag) {
+  return gk::LaunchFloat(dt, [&](auto tag) {
     constexpr gcclDataType_t DT = decltype(tag)::value;
     if (bf16)
       HalfEncode<DT, true><<<gk::Blocks(n), gk::kThreads, 0, s>>>(src, resid_in, resid_out, n, out);
     else
       HalfEncode<DT, false><<<gk::Blocks(n), gk::kThreads, 0, s>>>(src, resid_in, resid_out, n, out);
-    return cudaGetLastError();
   });
 }
 
@@ -53,12 +52,11 @@ extern "C" cudaError_t gk_half_decode(int bf16, const unsigned char* payload, si
                                       cudaStream_t s) {
   if (n == 0) return cudaSuccess;
   const uint16_t* in = reinterpret_cast<const uint16_t*>(payload);
-  return gk::DispatchFloat(dt, [&](auto tag) {
+  return gk::LaunchFloat(dt, [&](auto tag) {
     constexpr gcclDataType_t DT = decltype(tag)::value;
     if (bf16)
       HalfDecode<DT, true><<<gk::Blocks(n), gk::kThreads, 0, s>>>(in, n, dst);
     else
       HalfDecode<DT, false><<<gk::Blocks(n), gk::kThreads, 0, s>>>(in, n, dst);
-    return cudaGetLastError();
   });
 }

@@ -59,20 +59,18 @@ extern "C" cudaError_t gk_randk_encode(const void* src, gcclDataType_t dt, const
                                        unsigned char* values, unsigned long long* counts, cudaStream_t s) {
   cudaError_t e = cudaMemsetAsync(counts, 0, sizeof *counts, s);
   if (e != cudaSuccess || n == 0) return e;
-  return gk::DispatchFloat(dt, [&](auto tag) {
+  return gk::LaunchFloat(dt, [&](auto tag) {
     constexpr gcclDataType_t DT = decltype(tag)::value;
     ScanExceptions<DT><<<gk::Blocks(n), gk::kThreads, 0, s>>>(src, resid_in, resid_out, n, exc_key, counts);
     if (k) Gather<DT><<<gk::Blocks(k), gk::kThreads, 0, s>>>(src, resid_in, resid_out, n, k, key, vt, exc_key, values);
-    return cudaGetLastError();
   });
 }
 
 extern "C" cudaError_t gk_randk_decode(const unsigned char* values, size_t n, size_t k, uint64_t key, int vt, void* dst,
                                        gcclDataType_t dt, cudaStream_t s) {
   if (k == 0) return cudaSuccess;
-  return gk::DispatchFloat(dt, [&](auto tag) {
+  return gk::LaunchFloat(dt, [&](auto tag) {
     constexpr gcclDataType_t DT = decltype(tag)::value;
     Scatter<DT><<<gk::Blocks(k), gk::kThreads, 0, s>>>(values, n, k, key, vt, dst);
-    return cudaGetLastError();
   });
 }

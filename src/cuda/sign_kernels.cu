@@ -70,20 +70,18 @@ extern "C" cudaError_t gk_sign_encode(const void* src, gcclDataType_t dt, const 
                                       unsigned long long* nbad, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
   const size_t nbuckets = (n + bucket - 1) / bucket;
-  return gk::DispatchFloat(dt, [&](auto tag) {
+  return gk::LaunchFloat(dt, [&](auto tag) {
     constexpr gcclDataType_t DT = decltype(tag)::value;
     SignEncode<DT><<<gk::Blocks(nbuckets * 32), gk::kThreads, 0, s>>>(src, resid_in, resid_out, n, bucket, payload,
                                                                       bucket_bad, nbad);
-    return cudaGetLastError();
   });
 }
 
 extern "C" cudaError_t gk_sign_decode(const unsigned char* payload, size_t n, unsigned bucket, void* dst,
                                       gcclDataType_t dt, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  return gk::DispatchFloat(dt, [&](auto tag) {
+  return gk::LaunchFloat(dt, [&](auto tag) {
     constexpr gcclDataType_t DT = decltype(tag)::value;
     SignDecode<DT><<<gk::Blocks(gk::BucketGroups(n, bucket)), gk::kThreads, 0, s>>>(payload, n, bucket, dst);
-    return cudaGetLastError();
   });
 }

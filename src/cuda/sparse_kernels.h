@@ -14,10 +14,11 @@ extern "C" {
 #endif
 
 /* What the top-k select leaves on the device: T = prefix (the K-th largest
- * eligible key), K = kept, and the index below which ties at T are kept. */
+ * eligible key), K = kept, the ties at T still to keep (remaining), and the
+ * index below which ties at T are kept. */
 typedef struct {
   uint32_t prefix;
-  unsigned long long eligible, kept, remaining, greater, ties, cutoff;
+  unsigned long long kept, remaining, cutoff;
 } gk_topk_state;
 
 /* Bins of the select's histogram (unsigned each). */

@@ -7,8 +7,8 @@
 // K = min(k, #eligible) are kept, written in index order.
 //  1. Three histogram passes over x (digits of 11, 10 and 10 bits, most
 //     significant first) narrow the K-th largest eligible key T; a one-warp step
-//     after each pass picks the digit, so T, the number G of keys above it and
-//     the ties still needed (K - G) stay on the device: no host round trip.
+//     after each pass picks the digit, so T and the ties at T still needed (K
+//     minus the G keys above T) stay on the device: no host round trip.
 //     The first pass also writes the residual (x, or 0 at exceptions) and counts
 //     the exceptions.
 //  2. The ties (key == T) in index order: the (K - G)-th one gives a cut-off
@@ -81,8 +81,8 @@ __global__ void Histogram(const void* src, const float* resid_in, float* resid_o
 }
 
 // One warp: picks the digit bin holding the `remaining`-th largest key, from the
-// top; extends the prefix, adds the keys in higher bins to `greater`, and clears
-// the histogram for the next pass. Pass 0 first sets remaining = K.
+// top; extends the prefix, takes the keys in higher bins off `remaining`, and
+// clears the histogram for the next pass. Pass 0 first sets remaining = K.
 __global__ void PickDigit(int pass, unsigned long long k, gk_topk_state* st, unsigned* hist) {
   const unsigned lane = threadIdx.x;
   const unsigned bins = 1u << DigitWidth(pass), per_lane = bins / 32;
@@ -97,10 +97,8 @@ __global__ void PickDigit(int pass, unsigned long long k, gk_topk_state* st, uns
   }
   const unsigned long long total = __shfl_sync(gk::kFullMask, above, 31);
   if (pass == 0 && lane == 0) {
-    st->eligible = total;
     st->kept = k < total ? k : total;
     st->remaining = st->kept;
-    st->greater = 0;
   }
   __syncwarp();
   const unsigned long long r = st->remaining;
@@ -112,8 +110,6 @@ __global__ void PickDigit(int pass, unsigned long long k, gk_topk_state* st, uns
       if (cum + hist[b] >= r) {
         st->prefix = (st->prefix << DigitWidth(pass)) | b;
         st->remaining = r - cum;
-        st->greater += cum;
-        if (pass == kPasses - 1) st->ties = hist[b];
         break;
       }
       cum += hist[b];
@@ -125,7 +121,7 @@ __global__ void PickDigit(int pass, unsigned long long k, gk_topk_state* st, uns
 
 // After the passes: ties_needed = remaining; the cut-off index below which ties are kept.
 __global__ void TieCutoff(gk_topk_state* st, const unsigned long long* tie_idx) {
-  const unsigned long long need = st->kept == 0 ? 0 : st->remaining;
+  const unsigned long long need = st->remaining;  // 0 when nothing is kept
   st->cutoff = need == 0 ? 0 : tie_idx[need - 1] + 1;
 }
 
@@ -266,11 +262,10 @@ extern "C" cudaError_t gk_topk_write(const void* src, gcclDataType_t dt, const f
   cudaError_t e = cudaMemsetAsync(section, 0, (section_bytes + 3) / 4 * 4, s);
   if (e != cudaSuccess || count == 0) return e;
   const size_t vs = vt == 0 ? 4 : 2;
-  return gk::DispatchFloat(dt, [&](auto tag) {
+  return gk::LaunchFloat(dt, [&](auto tag) {
     constexpr gcclDataType_t DT = decltype(tag)::value;
     WriteKept<DT><<<gk::Blocks(count), gk::kThreads, 0, s>>>(src, resid_in, resid_out, kept, count, vt, vs, L,
                                                              low_bytes, values, section);
-    return cudaGetLastError();
   });
 }
 
@@ -285,10 +280,9 @@ extern "C" cudaError_t gk_topk_decode(const unsigned char* payload, size_t k, in
   cudaError_t e =
       cub::DeviceScan::ExclusiveSum(scratch, bytes, counts, counts, static_cast<long long>(words), s);  // in place
   if (e != cudaSuccess) return e;
-  return gk::DispatchFloat(dt, [&](auto tag) {
+  return gk::LaunchFloat(dt, [&](auto tag) {
     constexpr gcclDataType_t DT = decltype(tag)::value;
     TopkDecode<DT><<<gk::Blocks(words), gk::kThreads, 0, s>>>(payload, vt, vs, section, L, low_bytes, high_bytes,
                                                               counts, words, dst);
-    return cudaGetLastError();
   });
 }

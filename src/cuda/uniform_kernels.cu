@@ -100,20 +100,18 @@ extern "C" cudaError_t gk_uniform_encode(const void* src, gcclDataType_t dt, con
   if (n == 0) return cudaSuccess;
   const size_t nbuckets = (n + bucket - 1) / bucket;
   const unsigned blocks = gk::Blocks(nbuckets * 32);
-  return gk::DispatchFloat(dt, [&](auto tag) {
+  return gk::LaunchFloat(dt, [&](auto tag) {
     constexpr gcclDataType_t DT = decltype(tag)::value;
     UniformEncode<DT><<<blocks, gk::kThreads, 0, s>>>(src, resid_in, resid_out, n, bucket, bits, stochastic, key,
                                                       payload, bucket_bad, nbad);
-    return cudaGetLastError();
   });
 }
 
 extern "C" cudaError_t gk_uniform_decode(const unsigned char* payload, size_t n, unsigned bucket, unsigned bits,
                                          void* dst, gcclDataType_t dt, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  return gk::DispatchFloat(dt, [&](auto tag) {
+  return gk::LaunchFloat(dt, [&](auto tag) {
     constexpr gcclDataType_t DT = decltype(tag)::value;
     UniformDecode<DT><<<gk::Blocks(gk::BucketGroups(n, bucket)), gk::kThreads, 0, s>>>(payload, n, bucket, bits, dst);
-    return cudaGetLastError();
   });
 }
