@@ -47,6 +47,7 @@ static const char* const default_specs[] = {
     "topk:ratio=0.01,ef=0",
     "topk:ratio=0.01",
     "topk:ratio=0.01,values=fp16,ef=0",
+    "topk:ratio=0.01,approx=1,ef=0",
     "randk:ratio=0.01,ef=0",
     "randk:ratio=0.01",
 };

@@ -83,8 +83,8 @@
 __extension__ typedef unsigned __int128 u128;
 
 #define KEY_MASK 0x7FFFFFFFu
-#define SAMPLE_CHUNKS 256
-#define SAMPLE_LEN 256
+#define SAMPLE_CHUNKS TOPK_SAMPLE_CHUNKS
+#define SAMPLE_LEN TOPK_SAMPLE_LEN
 #define SAMPLE_MAX (SAMPLE_CHUNKS * SAMPLE_LEN)
 #define FULL_BINS 65536
 
@@ -393,6 +393,10 @@ struct selection {
   size_t need_eq;
 };
 
+size_t topk_sample_start(size_t s, size_t n) {
+  return (size_t)((u128)s * (n - TOPK_SAMPLE_LEN) / (TOPK_SAMPLE_CHUNKS - 1));
+}
+
 /* Eligible keys of the sample (module comment); returns how many. */
 static size_t take_sample(const float* x, size_t n, uint32_t exc_key, uint32_t* out) {
   size_t m = 0;
@@ -404,7 +408,7 @@ static size_t take_sample(const float* x, size_t n, uint32_t exc_key, uint32_t* 
     return m;
   }
   for (size_t s = 0; s < SAMPLE_CHUNKS; s++) {
-    size_t start = (size_t)((u128)s * (n - SAMPLE_LEN) / (SAMPLE_CHUNKS - 1));
+    size_t start = topk_sample_start(s, n);
     for (size_t i = start; i < start + SAMPLE_LEN; i++) {
       uint32_t key = f32_bits(x[i]) & KEY_MASK;
       if (key < exc_key) out[m++] = key;
@@ -421,10 +425,24 @@ static uint64_t isqrt64(uint64_t v) {
 }
 
 /* The sample threshold at rank r (0: keep every eligible element). */
-static uint32_t sample_threshold(struct topk_state* st, size_t m, uint64_t r) {
+static uint32_t sample_threshold(const uint32_t* keys, size_t m, uint64_t r, uint32_t* tmp, size_t* hist) {
   if (r == 0 || r > m) return 0;
   size_t gt;
-  return select_key(st->sample, m, (size_t)r, 0, KEY_MASK, st->tmp, st->hist, &gt);
+  return select_key(keys, m, (size_t)r, 0, KEY_MASK, tmp, hist, &gt);
+}
+
+/* approx=1's rank in the sample: one standard deviation below the expected share. */
+static uint64_t approx_rank(size_t m, size_t n, size_t k) {
+  uint64_t ks = (uint64_t)((u128)k * m / n), sd = isqrt64(ks);
+  return ks > sd + 1 ? ks - sd : 1;
+}
+
+int topk_approx_samples(size_t n, size_t k) {
+  return n > SAMPLE_MAX && k <= n / 8;
+}
+
+uint32_t topk_approx_threshold(const uint32_t* keys, size_t m, size_t n, size_t k, uint32_t* tmp, size_t* hist) {
+  return sample_threshold(keys, m, approx_rank(m, n, k), tmp, hist);
 }
 
 /* Exact selection of k among the c candidates found with threshold thr (c >= k
@@ -511,14 +529,14 @@ static gcclResult_t select_topk(struct topk_state* st, const struct codec_spec* 
     if (n <= SAMPLE_MAX) {
       r = k;
     } else if (s->approx) {
-      r = ks > sd + 1 ? ks - sd : 1;
+      r = approx_rank(m, n, k);
     } else {
       r = ks + 4 * sd + 8;
       r_hi = ks > 4 * sd + 8 ? ks - 4 * sd - 8 : 0; /* as far below the expected share */
     }
-    uint32_t hi = r_hi ? sample_threshold(st, m, r_hi) : 0;
+    uint32_t hi = r_hi ? sample_threshold(st->sample, m, r_hi, st->tmp, st->hist) : 0;
     for (int attempt = 0; attempt < 2; attempt++) {
-      uint32_t thr = sample_threshold(st, m, r);
+      uint32_t thr = sample_threshold(st->sample, m, r, st->tmp, st->hist);
       size_t c;
       exc->n = exc0;
       GCCL_CHECK(topk_filter(x, n, thr, exc_key, k, st->cand_idx, st->cand_bits, st->cap, exc, 1, &c));

@@ -9,6 +9,7 @@
 #include "compress/frame.h"
 #include "compress/index_code.h"
 #include "compress/spec.h"
+#include "compress/topk_sample.h"
 #include "gccl.h"
 
 /* The smallest |x| bit pattern (x's fp32 bits with the sign cleared) that

@@ -49,6 +49,12 @@ struct gpu_compressor {
   unsigned* tk_section;
   unsigned* tk_words;
   size_t tk_words_cap;
+  /* topk approx=1: the sample's keys on the device, their pinned copy, and the
+   * host's selection scratch for the threshold */
+  uint32_t* tk_sample;
+  uint32_t* h_sample;
+  uint32_t* h_sample_tmp;
+  size_t* h_sample_hist;
   /* The last encode's header: the codec fields its CPU encoder would set, and
    * payload_bytes (the payload is at body). */
   struct frame_header last;
@@ -75,7 +81,6 @@ int gpu_available(const char** why) {
 
 /* NULL when the GPU encodes spec, else what it lacks. */
 static const char* gpu_spec_missing(const struct codec_spec* s) {
-  if (s->codec == CODEC_TOPK && s->approx) return "topk with approx=1 (the sampled threshold)";
   if (s->codec == CODEC_TOPK && s->zstd) return "topk with zstd=1";
   return NULL;
 }
@@ -87,10 +92,13 @@ static int values_vt(uint8_t values) {
 
 void gpu_compressor_destroy(struct gpu_compressor* g) {
   if (g == NULL) return;
-  void* dev[] = {g->residual, g->work,     g->body,    g->bucket_bad, g->exc,     g->scratch,    g->counters,
-                 g->saved,    g->tk_state, g->tk_hist, g->tk_ties,    g->tk_kept, g->tk_section, g->tk_words};
+  void* dev[] = {g->residual, g->work,    g->body,    g->bucket_bad, g->exc,        g->scratch,  g->counters, g->saved,
+                 g->tk_state, g->tk_hist, g->tk_ties, g->tk_kept,    g->tk_section, g->tk_words, g->tk_sample};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
   cudaFreeHost(g->h_counters);
+  cudaFreeHost(g->h_sample);
+  free(g->h_sample_tmp);
+  free(g->h_sample_hist);
   if (g->host) gcclCompressorDestroy(g->host);
   free(g);
 }
@@ -149,6 +157,14 @@ gcclResult_t gpu_compressor_create(struct gpu_compressor** out, const char* spec
     if (e == cudaSuccess) e = cudaMalloc((void**)&g->tk_kept, (k ? k : 1) * sizeof(unsigned long long));
     if (e == cudaSuccess) e = cudaMalloc((void**)&g->tk_section, index_code_bound(n, k) + 8);
   }
+  if (s->codec == CODEC_TOPK && s->approx && topk_approx_samples(n, k)) {
+    const size_t m = TOPK_SAMPLE_CHUNKS * TOPK_SAMPLE_LEN;
+    if (e == cudaSuccess) e = cudaMalloc((void**)&g->tk_sample, m * sizeof(uint32_t));
+    if (e == cudaSuccess) e = cudaMallocHost((void**)&g->h_sample, m * sizeof(uint32_t));
+    g->h_sample_tmp = malloc(m * sizeof(uint32_t));
+    g->h_sample_hist = malloc(2048 * sizeof(size_t));
+    if (e == cudaSuccess && (g->h_sample_tmp == NULL || g->h_sample_hist == NULL)) e = cudaErrorMemoryAllocation;
+  }
   if (e != cudaSuccess) {
     res = cuda_fail(e, "allocating the GPU compressor's scratch");
     goto fail;
@@ -181,6 +197,25 @@ static size_t bucket_bytes(const struct codec_spec* s, size_t n, unsigned meta_b
   return (size_t)bytes;
 }
 
+/* approx=1's threshold: the sample's keys gathered on the device, the threshold
+ * chosen on the host by codec_topk.c's own code (so both sides keep the same). */
+static gcclResult_t approx_floor(struct gpu_compressor* g, const void* src, const float* rin, size_t k,
+                                 uint32_t exc_key, uint32_t* floor, cudaStream_t st) {
+  size_t n = g->host->count;
+  gk_topk_sample_starts starts;
+  for (size_t c = 0; c < TOPK_SAMPLE_CHUNKS; c++) starts.start[c] = topk_sample_start(c, n);
+  const size_t all = TOPK_SAMPLE_CHUNKS * TOPK_SAMPLE_LEN;
+  CUDA_CHECK(gk_topk_sample(src, g->host->dt, rin, &starts, g->tk_sample, st), "gathering the top-k sample");
+  CUDA_CHECK(cudaMemcpyAsync(g->h_sample, g->tk_sample, all * sizeof(uint32_t), cudaMemcpyDeviceToHost, st),
+             "reading the top-k sample");
+  CUDA_CHECK(cudaStreamSynchronize(st), "reading the top-k sample");
+  size_t m = 0;
+  for (size_t j = 0; j < all; j++) /* the eligible keys, in sample order */
+    if (g->h_sample[j] < exc_key) g->h_sample[m++] = g->h_sample[j];
+  *floor = topk_approx_threshold(g->h_sample, m, n, k, g->h_sample_tmp, g->h_sample_hist);
+  return gcclSuccess;
+}
+
 /* topk: the select, then (K known on the host) values and the index section.
  * Sets h->k and h->payload_bytes. */
 static gcclResult_t encode_topk(struct gpu_compressor* g, const void* src, const float* rin, float* rout,
@@ -189,7 +224,9 @@ static gcclResult_t encode_topk(struct gpu_compressor* g, const void* src, const
   size_t n = g->host->count, k = sparse_k(s->ratio, n);
   uint32_t exc_key = topk_exc_key(s->values);
   gcclDataType_t dt = g->host->dt;
-  CUDA_CHECK(gk_topk_select(src, dt, rin, rout, n, k, exc_key, g->tk_state, g->tk_hist, g->tk_ties, g->tk_kept,
+  uint32_t floor = 0; /* exact top-k */
+  if (s->approx && topk_approx_samples(n, k)) GCCL_CHECK(approx_floor(g, src, rin, k, exc_key, &floor, st));
+  CUDA_CHECK(gk_topk_select(src, dt, rin, rout, n, k, exc_key, floor, g->tk_state, g->tk_hist, g->tk_ties, g->tk_kept,
                             g->counters, g->scratch, g->scratch_bytes, st),
              "the top-k select");
   CUDA_CHECK(cudaMemcpyAsync(g->h_counters, g->counters, 3 * sizeof(unsigned long long), cudaMemcpyDeviceToHost, st),

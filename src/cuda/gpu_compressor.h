@@ -7,7 +7,8 @@
  * frame.c. Frames are returned in host memory (the local and MPI transports carry
  * them from there); decoding validates the frame on the host before a byte of the
  * device tensor changes. Codecs with kernels: none, fp16, bf16, uniform, qsgd,
- * sign, terngrad; others are gcclInvalidUsage. Device scratch is allocated at
+ * sign, terngrad, topk (exact and approx=1), randk; topk with zstd=1 is
+ * gcclInvalidUsage. Device scratch is allocated at
  * create (and grown once if a larger frame is decoded) and reused. Not
  * thread-safe, like gcclCompressor_t. */
 #ifndef GCCL_CUDA_GPU_COMPRESSOR_H

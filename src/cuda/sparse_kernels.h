@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "compress/topk_sample.h"
 #include "gccl.h"
 
 #ifdef __cplusplus
@@ -28,14 +29,24 @@ typedef struct {
  * decoding a high part of high_words 32-bit words. */
 size_t gk_topk_scratch(size_t n, size_t high_words);
 
-/* Exact top-k of x = src (+ resid_in): kept[0, K) = the kept indices, increasing;
+/* approx=1's sample: the first element of each chunk (topk_sample_start). */
+typedef struct {
+  size_t start[TOPK_SAMPLE_CHUNKS];
+} gk_topk_sample_starts;
+
+/* keys[c * TOPK_SAMPLE_LEN + j] = key of x[start[c] + j], x = src (+ resid_in). */
+cudaError_t gk_topk_sample(const void* src, gcclDataType_t dt, const float* resid_in,
+                           const gk_topk_sample_starts* starts, uint32_t* keys, cudaStream_t s);
+
+/* Top-k of x = src (+ resid_in), K = min(k, #{eligible, key >= floor}) (floor 0:
+ * exact top-k): kept[0, K) = the kept indices, increasing;
  * counts[0] = exceptions (key >= exc_key), counts[1] = ties at T, counts[2] = K;
  * resid_out (if not NULL) = x, 0 at exceptions (gk_topk_write then fixes the kept
  * ones). ties: n entries; kept: min(k, n) entries. */
 cudaError_t gk_topk_select(const void* src, gcclDataType_t dt, const float* resid_in, float* resid_out, size_t n,
-                           size_t k, uint32_t exc_key, gk_topk_state* st, unsigned* hist, unsigned long long* ties,
-                           unsigned long long* kept, unsigned long long* counts, void* scratch, size_t scratch_bytes,
-                           cudaStream_t s);
+                           size_t k, uint32_t exc_key, uint32_t floor, gk_topk_state* st, unsigned* hist,
+                           unsigned long long* ties, unsigned long long* kept, unsigned long long* counts,
+                           void* scratch, size_t scratch_bytes, cudaStream_t s);
 
 /* The frame's values (vt: 0 fp32, 1 fp16, 2 bf16) at `values`, the Elias-Fano
  * section (L low bits, low part of low_bytes, section_bytes in all) at `section`

@@ -4,7 +4,9 @@
 // key(i) = the fp32 bits of x[i] with the sign cleared (orders |x| as integers).
 // Elements with key >= exc_key are exceptions, never kept; the others are
 // eligible, ranked by key descending, then index ascending; the first
-// K = min(k, #eligible) are kept, written in index order.
+// K = min(k, #{eligible, key >= floor}) are kept, written in index order
+// (floor = 0 for exact top-k; approx=1's sampled threshold, which the host reads
+// off the keys TopkSample gathers, as codec_topk.c does).
 //  1. Three histogram passes over x (digits of 11, 10 and 10 bits, most
 //     significant first) narrow the K-th largest eligible key T; a one-warp step
 //     after each pass picks the digit, so T and the ties at T still needed (K
@@ -50,9 +52,10 @@ __device__ __forceinline__ uint32_t Key(float x) {
 
 // One pass of the radix select: counts, among eligible keys whose digits above
 // this pass equal the prefix found so far, each value of this pass's digit.
+// Keys below the floor are never counted: the K kept all lie at or above it.
 template <gcclDataType_t DT>
 __global__ void Histogram(const void* src, const float* resid_in, float* resid_out, size_t n, uint32_t exc_key,
-                          int pass, const gk_topk_state* st, unsigned* hist, unsigned long long* nexc) {
+                          uint32_t floor, int pass, const gk_topk_state* st, unsigned* hist, unsigned long long* nexc) {
   __shared__ unsigned local[kMaxBins];
   const int shift = DigitShift(pass), width = DigitWidth(pass);
   const unsigned bins = 1u << width;
@@ -68,7 +71,7 @@ __global__ void Histogram(const void* src, const float* resid_in, float* resid_o
       if (resid_out) resid_out[i] = key >= exc_key ? 0.0f : x;
       exceptions += key >= exc_key;
     }
-    if (key >= exc_key || (key >> (shift + width)) != prefix) continue;
+    if (key >= exc_key || key < floor || (key >> (shift + width)) != prefix) continue;
     // Lanes with the same bin add once (|x| of a gradient shares few top digits).
     const unsigned bin = (key >> shift) & (bins - 1);
     const auto peers = cg::labeled_partition(cg::coalesced_threads(), bin);
@@ -220,7 +223,23 @@ cudaError_t Pick(const void* src, const float* resid_in, size_t n, uint32_t exc_
                                TopkPick<DT, kTies>{src, resid_in, st, exc_key}, s);
 }
 
+// approx=1's sample: block s gathers the keys of chunk s (every key: the host
+// drops the exceptions, as codec_topk.c's take_sample does).
+template <gcclDataType_t DT>
+__global__ void TopkSample(const void* src, const float* resid_in, gk_topk_sample_starts starts, uint32_t* keys) {
+  const size_t i = starts.start[blockIdx.x] + threadIdx.x;
+  keys[blockIdx.x * static_cast<size_t>(TOPK_SAMPLE_LEN) + threadIdx.x] = Key(gk::InputX<DT>(src, resid_in, i));
+}
+
 }  // namespace
+
+extern "C" cudaError_t gk_topk_sample(const void* src, gcclDataType_t dt, const float* resid_in,
+                                      const gk_topk_sample_starts* starts, uint32_t* keys, cudaStream_t s) {
+  return gk::LaunchFloat(dt, [&](auto tag) {
+    constexpr gcclDataType_t DT = decltype(tag)::value;
+    TopkSample<DT><<<TOPK_SAMPLE_CHUNKS, TOPK_SAMPLE_LEN, 0, s>>>(src, resid_in, *starts, keys);
+  });
+}
 
 extern "C" size_t gk_topk_scratch(size_t n, size_t high_words) {
   size_t a = 0, b = 0, c = 0;
@@ -233,9 +252,9 @@ extern "C" size_t gk_topk_scratch(size_t n, size_t high_words) {
 }
 
 extern "C" cudaError_t gk_topk_select(const void* src, gcclDataType_t dt, const float* resid_in, float* resid_out,
-                                      size_t n, size_t k, uint32_t exc_key, gk_topk_state* st, unsigned* hist,
-                                      unsigned long long* ties, unsigned long long* kept, unsigned long long* counts,
-                                      void* scratch, size_t scratch_bytes, cudaStream_t s) {
+                                      size_t n, size_t k, uint32_t exc_key, uint32_t floor, gk_topk_state* st,
+                                      unsigned* hist, unsigned long long* ties, unsigned long long* kept,
+                                      unsigned long long* counts, void* scratch, size_t scratch_bytes, cudaStream_t s) {
   cudaError_t e = cudaMemsetAsync(st, 0, sizeof *st, s);
   if (e == cudaSuccess) e = cudaMemsetAsync(hist, 0, kMaxBins * sizeof(unsigned), s);
   if (e == cudaSuccess) e = cudaMemsetAsync(counts, 0, 3 * sizeof(unsigned long long), s);
@@ -244,7 +263,8 @@ extern "C" cudaError_t gk_topk_select(const void* src, gcclDataType_t dt, const 
     constexpr gcclDataType_t DT = decltype(tag)::value;
     for (int pass = 0; pass < kPasses; pass++) {
       const unsigned blocks = gk::Blocks(n) < kHistogramBlocks ? gk::Blocks(n) : kHistogramBlocks;
-      Histogram<DT><<<blocks, gk::kThreads, 0, s>>>(src, resid_in, resid_out, n, exc_key, pass, st, hist, &counts[0]);
+      Histogram<DT>
+          <<<blocks, gk::kThreads, 0, s>>>(src, resid_in, resid_out, n, exc_key, floor, pass, st, hist, &counts[0]);
       PickDigit<<<1, 32, 0, s>>>(pass, k, st, hist);
     }
     size_t bytes = scratch_bytes;

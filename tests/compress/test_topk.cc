@@ -290,6 +290,38 @@ TEST(Topk, ApproxKeepsATopSetOfAtMostK) {
   }
 }
 
+// approx=1 as the GPU encoder computes it (topk_sample.h): the threshold t from
+// the sample's eligible keys, then the exact top min(k, #{key >= t}). Covers a
+// sample that overestimates the share (kept < k) and ones that miss the large
+// values (t low: more than k reach it, so exactly k are kept).
+TEST(Topk, ApproxKeepsTheTopOfMinKAndTheCountAboveTheSampleThreshold) {
+  std::vector<std::pair<std::string, std::vector<float>>> cases;
+  for (int kind : {kNormal, kTies, kSpikes, kMostlyZero, kAscending})
+    cases.push_back({kKindNames[kind], Data((Kind)kind, 300007, 77 + kind)});
+  std::vector<float> hidden = Data(kNormal, 1000003, 9);  // big values between the sampled chunks
+  for (size_t i = 100; i < hidden.size(); i += 3907) hidden[i] = 1000.0f + (float)(i % 13);
+  cases.push_back({"hidden-big", hidden});
+  for (auto& [name, x] : cases) {
+    for (const char* ratio : {"0.01", "0.001", "0.1"}) {
+      const size_t n = x.size(), k = sparse_k(std::stod(ratio), n);
+      ASSERT_TRUE(topk_approx_samples(n, k)) << name;
+      std::vector<uint32_t> keys, tmp(TOPK_SAMPLE_CHUNKS * TOPK_SAMPLE_LEN);
+      std::vector<size_t> hist(2048);
+      for (size_t c = 0; c < TOPK_SAMPLE_CHUNKS; c++)
+        for (size_t j = 0; j < TOPK_SAMPLE_LEN; j++) keys.push_back(Key(x[topk_sample_start(c, n) + j]));
+      uint32_t t = topk_approx_threshold(keys.data(), keys.size(), n, k, tmp.data(), hist.data());
+      size_t reach = 0;
+      for (float v : x) reach += Key(v) >= t;
+      std::vector<float> a = x;
+      Frame f = Encode(std::string("topk:ef=0,approx=1,ratio=") + ratio, a);
+      ASSERT_EQ(f.res, gcclSuccess);
+      std::string what = name + " ratio=" + ratio;
+      EXPECT_EQ(f.h.k, std::min(k, reach)) << what;
+      EXPECT_EQ(Indices(f), Reference(x, std::min(k, reach))) << what;
+    }
+  }
+}
+
 TEST(Topk, HalfValuesDecodeToTheRoundedValues) {
   for (const char* vt : {"fp16", "bf16"}) {
     for (size_t n : {size_t(100), size_t(100003)}) {
