@@ -6,7 +6,10 @@
  * call waits for the work queued before it on its CUDA stream, stages the send
  * buffer through pinned host memory the communicator keeps, runs the collective
  * with the same schedules, codecs and error-feedback residuals as host buffers,
- * and copies the result back; the calling thread (or the gccl stream's worker)
+ * and copies the result back. Where a schedule encodes the whole input once (the
+ * sparse-ag, sparse-sr and randk allreduces, the compressed allgather) of an fp32
+ * tensor, that encode runs on the GPU, with the residual kept on the device, and
+ * only the frame crosses to the host: the frame is the one the CPU would make; the calling thread (or the gccl stream's worker)
  * waits for all of it. The CUDA stream of a call is the one its gccl stream was
  * made with (gcclStreamCreateCuda), else the legacy default stream. Pointers are
  * looked at only once the process uses CUDA (a device's primary context is

@@ -46,6 +46,10 @@ struct coll_args {
                         (0 for a user's call; a share of it inside hier) */
   unsigned device;   /* DEVICE_* (core/device.h): buffers in CUDA device memory, staged */
   void* cuda_stream; /* the cudaStream_t those buffers are ordered on (NULL: the default) */
+  /* Staged calls: the caller's send buffer on the device. Kept by comm_execute
+   * only when the schedule's one encode of the input runs on the GPU
+   * (coll_encode_input); NULL otherwise. */
+  const void* device_send;
 };
 
 /* What a call does with its buffers on `rank` of nranks: the bytes its send and
@@ -181,6 +185,12 @@ gcclResult_t allreduce_ring_requant(struct coll_ctx* ctx, const struct coll_args
 gcclResult_t allreduce_sparse_ag(struct coll_ctx* ctx, const struct coll_args* a);    /* sparse.c */
 gcclResult_t allreduce_sparse_sr(struct coll_ctx* ctx, const struct coll_args* a);    /* sparse.c */
 gcclResult_t allreduce_randk(struct coll_ctx* ctx, const struct coll_args* a);        /* randk_allreduce.c */
+
+/* The first step of the one-frame schedules (sparse-ag, sparse-sr, randk, the
+ * compressed allgather): the rank's whole input as one fp32 frame with error
+ * feedback (EF_ADD, stage 0) into frame[0, cap); on the GPU when a->device_send
+ * is set (encode_input.c). */
+gcclResult_t coll_encode_input(const struct coll_args* a, void* frame, size_t cap, size_t* frame_bytes);
 
 /* Splits count elements into nranks near-equal chunks: chunk r starts at
  * *offset and holds *len elements (the first count % nranks chunks hold one more). */

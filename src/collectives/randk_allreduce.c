@@ -52,7 +52,7 @@ gcclResult_t allreduce_randk(struct coll_ctx* ctx, const struct coll_args* a) {
 
   size_t bytes;
   struct frame_header h;
-  GCCL_CHECK(compressor_encode_f32(c, a->sendbuff, a->dt, a->comp_first, n, EF_ADD, 0, base, bound, &bytes));
+  GCCL_CHECK(coll_encode_input(a, base, bound, &bytes));
   GCCL_CHECK(frame_validate(base, bytes, n, gcclFloat32, &h));
   unsigned char* flags = base + flags_at;
   flags[up] = (h.flags & FRAME_FLAG_RAW) || h.exceptions != 0 || h.codec != CODEC_RANDK || h.k != k;

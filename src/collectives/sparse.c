@@ -73,7 +73,6 @@ static uint32_t f32_bits(float f) {
   return u;
 }
 
-
 static gcclResult_t wait_all(struct transport* tp, tp_req* reqs, int n) {
   gcclResult_t first = gcclSuccess;
   for (int i = 0; i < n; i++) {
@@ -226,7 +225,7 @@ gcclResult_t allreduce_sparse_ag(struct coll_ctx* ctx, const struct coll_args* a
   size_t n = a->count, bound = compressor_bound_f32(c, n), bytes;
   unsigned char* frame;
   GCCL_CHECK(coll_workspace(ctx, bound, (void**)&frame));
-  GCCL_CHECK(compressor_encode_f32(c, a->sendbuff, a->dt, a->comp_first, n, EF_ADD, 0, frame, bound, &bytes));
+  GCCL_CHECK(coll_encode_input(a, frame, bound, &bytes));
   float* sum;
   GCCL_CHECK(sparse_frames_sum(ctx, a, 0, bytes, &sum));
   if (c->spec.global) {
@@ -526,7 +525,7 @@ gcclResult_t allreduce_sparse_sr(struct coll_ctx* ctx, const struct coll_args* a
 
   size_t frame_bytes, own_bytes = 0;
   struct frame_header h;
-  GCCL_CHECK(compressor_encode_f32(c, a->sendbuff, a->dt, a->comp_first, n, EF_ADD, 0, w.frame, bound, &frame_bytes));
+  GCCL_CHECK(coll_encode_input(a, w.frame, bound, &frame_bytes));
   GCCL_CHECK(frame_validate(w.frame, frame_bytes, n, gcclFloat32, &h));
 
   /* phase 1: my range from every peer; each range of my selection to its owner */

@@ -213,7 +213,6 @@ gcclResult_t allgather_frames(struct coll_ctx* ctx, const struct coll_args* a) {
   struct sra_work w;
   GCCL_CHECK(sra_work_get(ctx, compressor_bound_f32(a->comp, n), 0, a->dt == gcclFloat32 ? 0 : n, &w));
   /* in place, sendbuff is this rank's slot of recvbuff: encode before any decode */
-  GCCL_CHECK(compressor_encode_f32(a->comp, a->sendbuff, a->dt, a->comp_first, n, EF_ADD, 0, out_frame(&w, ctx->rank),
-                                   w.slot, &bytes));
+  GCCL_CHECK(coll_encode_input(a, out_frame(&w, ctx->rank), w.slot, &bytes));
   return frames_ring(ctx, a, &w, bytes);
 }

@@ -274,14 +274,18 @@ gcclResult_t comm_execute(gcclComm_t comm, const struct coll_args* call) {
             (unsigned long long)comm->seq, a->count, dtype_name(a->dt), op_name(a->op), a->root, algo_name(algo),
             a->comp ? " codec " : "", a->comp ? a->comp->spec_text : "");
   if (a->comp) a->comp->rank = (uint64_t)comm->rank; /* stochastic rounding: independent draws per rank */
-  gcclResult_t res = coll_agree(&comm->ctx, call, algo, comm->seq++);
+  gcclResult_t res = device_plan_encode(&args, algo);
+  if (res != gcclSuccess) tp->ops->abort(tp, res); /* peers are on their way into the agreement */
+  if (res == gcclSuccess) res = coll_agree(&comm->ctx, call, algo, comm->seq++);
   if (res == gcclSuccess) {
     res = coll_run(&comm->ctx, a, algo);
-    if (res == gcclSuccess && a->comp) res = compressor_commit(a->comp);
+    if (res == gcclSuccess && a->comp)
+      res = a->device_send ? device_commit_encode(a->comp) : compressor_commit(a->comp);
     /* Peers are mid-collective: a local failure must not leave them waiting. */
     if (res != gcclSuccess) tp->ops->abort(tp, res);
   }
   if (res != gcclSuccess) {
+    if (a->comp && a->device_send) device_abort_encode(a->comp);
     if (a->comp) compressor_abort(a->comp); /* the residual stays as it was */
     tp->ops->cancel_all(tp);
     gcclResult_t why = tp->ops->broken(tp);

@@ -213,7 +213,6 @@ static gcclResult_t launch_compressed(gcclComm_t comm, struct coll_args* a, size
     res = err_set(gcclInvalidArgument, "%s: buffers must be aligned to their %s elements", fn, dtype_name(a->dt));
   if (res == gcclSuccess && stream && !stream_valid(stream))
     res = err_set(gcclInvalidArgument, "%s: stream is not a live gcclStream_t", fn);
-  if (res == gcclSuccess) res = device_residual_to_host(c); /* collectives keep residuals on the host */
   if (res != gcclSuccess) return comm_fail(comm, res);
   a->comp = c;
   return enqueue_collective(comm, a, stream);

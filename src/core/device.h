@@ -7,8 +7,9 @@
  * when a call needs more, reused otherwise), the collective runs on host memory
  * as any other (the same schedules, codecs and residuals), and the result is
  * copied back and waited for. So the call is ordered on its CUDA stream like a
- * kernel, but the host waits for it. Builds without CUDA compile device_none.c:
- * no pointer is a device pointer there. */
+ * kernel, but the host waits for it. A one-frame schedule's encode of the whole
+ * fp32 input runs on the GPU instead, from the device buffer (device_plan_encode).
+ * Builds without CUDA compile device_none.c: no pointer is a device pointer there. */
 #ifndef GCCL_CORE_DEVICE_H
 #define GCCL_CORE_DEVICE_H
 
@@ -29,6 +30,21 @@ struct device_stage;
 gcclResult_t device_execute(struct device_stage** stage, gcclComm_t comm, const struct coll_args* a,
                             gcclResult_t (*run)(gcclComm_t, const struct coll_args*));
 void device_stage_free(struct device_stage* stage);
+
+/* Before a call runs (comm_execute), for staged calls from the device
+ * (a->device_send set by device_execute): keeps a->device_send when the call's one encode of its input will run on the
+ * GPU — algo is a one-frame schedule (coll_encode_input), the input is the whole
+ * fp32 tensor, and the codec has GPU kernels — else clears it. Then puts the
+ * compressor's residual where that encode will read it (the device, or the host
+ * for the CPU codecs). Dense calls: clears it. */
+gcclResult_t device_plan_encode(struct coll_args* a, enum coll_algo algo);
+/* The GPU encode of coll_encode_input: the device input into a host frame, the
+ * new residual staged on the device until device_commit_encode. */
+gcclResult_t device_encode_input(const struct coll_args* a, void* frame, size_t cap, size_t* frame_bytes);
+/* After a collective that encoded on the GPU: makes the staged residual current
+ * and advances the call number, as compressor_commit; or forgets it. */
+gcclResult_t device_commit_encode(gcclCompressor_t c);
+void device_abort_encode(gcclCompressor_t c);
 
 /* 1 when p points to CUDA device memory (0 without CUDA or a usable device). */
 int device_is_pointer(const void* p);

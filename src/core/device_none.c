@@ -45,6 +45,29 @@ gcclResult_t device_decode_accumulate(const void* frame, size_t frame_bytes, voi
   return err_set(gcclInternalError, "device buffers in a build without CUDA");
 }
 
+gcclResult_t device_plan_encode(struct coll_args* a, enum coll_algo algo) {
+  (void)algo;
+  a->device_send = NULL; /* never set without CUDA */
+  return gcclSuccess;
+}
+
+gcclResult_t device_encode_input(const struct coll_args* a, void* frame, size_t cap, size_t* frame_bytes) {
+  (void)a;
+  (void)frame;
+  (void)cap;
+  (void)frame_bytes;
+  return err_set(gcclInternalError, "device buffers in a build without CUDA");
+}
+
+gcclResult_t device_commit_encode(gcclCompressor_t c) {
+  (void)c;
+  return err_set(gcclInternalError, "device buffers in a build without CUDA");
+}
+
+void device_abort_encode(gcclCompressor_t c) {
+  (void)c;
+}
+
 gcclResult_t device_residual_to_host(gcclCompressor_t c) {
   (void)c;
   return gcclSuccess;

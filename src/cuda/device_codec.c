@@ -1,12 +1,14 @@
-/* device_codec.c — gcclEncode and gcclDecodeAccumulate on CUDA device buffers
- * (device.h): the GPU codecs (gpu_compressor.h) behind the public codec API.
+/* device_codec.c — gcclEncode and gcclDecodeAccumulate on CUDA device buffers,
+ * and the GPU encode inside the one-frame collectives (device.h): the GPU codecs
+ * (gpu_compressor.h) behind the public API.
  *
  * A compressor used with a device tensor gets a GPU twin on first use. The twin
  * encodes with the compressor's call number and rank, so its frames are the ones
  * the CPU would have made. The error-feedback residual lives where the last
  * encode ran: it moves to the device before a device encode and back to the host
- * before anything that reads it there (a host encode, a collective, GetResidual,
- * SetResidual), so alternating host and device use gives the host-only results. */
+ * before anything that reads it there (a host encode, a collective that encodes
+ * on the CPU, GetResidual, SetResidual), so alternating host and device use gives
+ * the host-only results. */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -30,6 +32,56 @@ gcclResult_t device_residual_to_host(gcclCompressor_t c) {
   return gcclSuccess;
 }
 
+/* The twin made on first use, holding the current residual. */
+static gcclResult_t residual_to_device(gcclCompressor_t c) {
+  if (c->device == NULL) GCCL_CHECK(gpu_compressor_create(&c->device, c->spec_text, c->count, c->dt));
+  if (c->spec.ef && !c->residual_on_device) {
+    GCCL_CHECK(gpu_compressor_set_residual(c->device, c->residual));
+    c->residual_on_device = 1;
+  }
+  return gcclSuccess;
+}
+
+/* The schedules whose only encode is coll_encode_input. */
+static int one_frame_schedule(enum coll_kind kind, enum coll_algo algo) {
+  if (kind == COLL_ALLGATHER) return algo == ALGO_SRA; /* allgather_frames */
+  return kind == COLL_ALLREDUCE && (algo == ALGO_SPARSE_AG || algo == ALGO_SPARSE_SR || algo == ALGO_RANDK);
+}
+
+gcclResult_t device_plan_encode(struct coll_args* a, enum coll_algo algo) {
+  gcclCompressor_t c = a->comp;
+  if (c == NULL) {
+    a->device_send = NULL;
+    return gcclSuccess;
+  }
+  /* Collective frames are fp32 frames: for an fp32 tensor they are the ones the
+   * GPU twin makes. Global re-sparsification stages residual on the host. */
+  int gpu = a->device_send && one_frame_schedule(a->kind, algo) && a->comp_first == 0 && a->count == c->count &&
+            c->count > 0 && c->dt == gcclFloat32 && !c->spec.global && gpu_codec_supported(&c->spec, c->count);
+  if (!gpu) {
+    a->device_send = NULL;
+    return device_residual_to_host(c);
+  }
+  return residual_to_device(c);
+}
+
+gcclResult_t device_encode_input(const struct coll_args* a, void* frame, size_t cap, size_t* frame_bytes) {
+  gcclCompressor_t c = a->comp;
+  gpu_compressor_sync(c->device, c->calls, c->rank);
+  return gpu_compressor_encode_staged(c->device, a->device_send, frame, cap, frame_bytes, (cudaStream_t)a->cuda_stream);
+}
+
+gcclResult_t device_commit_encode(gcclCompressor_t c) {
+  gpu_compressor_commit(c->device);
+  c->staged = 0;
+  c->calls++;
+  return gcclSuccess;
+}
+
+void device_abort_encode(gcclCompressor_t c) {
+  if (c->device) gpu_compressor_abort(c->device);
+}
+
 void device_compressor_free(gcclCompressor_t c) {
   gpu_compressor_destroy(c->device);
   c->device = NULL;
@@ -38,11 +90,7 @@ void device_compressor_free(gcclCompressor_t c) {
 gcclResult_t device_encode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frame_bytes) {
   if (!device_is_pointer(src) && c->count > 0)
     return err_set(gcclInvalidUsage, "gcclEncode: a device frame needs a device tensor (src is host memory)");
-  if (c->device == NULL) GCCL_CHECK(gpu_compressor_create(&c->device, c->spec_text, c->count, c->dt));
-  if (c->spec.ef && !c->residual_on_device) {
-    GCCL_CHECK(gpu_compressor_set_residual(c->device, c->residual));
-    c->residual_on_device = 1;
-  }
+  GCCL_CHECK(residual_to_device(c));
   gpu_compressor_sync(c->device, c->calls, c->rank);
   if (!device_is_pointer(frame)) {
     GCCL_CHECK(gpu_compressor_encode(c->device, src, frame, cap, frame_bytes, NULL));

@@ -96,6 +96,7 @@ gcclResult_t device_execute(struct device_stage** stage, gcclComm_t comm, const 
   h.device = 0;
   if (a->device & DEVICE_SEND) {
     h.sendbuff = st->host;
+    h.device_send = ext.reads_send ? a->sendbuff : NULL; /* comm_execute may encode from here (device.h) */
     if (send && ext.reads_send) {
       cudaError_t e = cudaMemcpyAsync(st->host, a->sendbuff, send, cudaMemcpyDeviceToHost, cs);
       if (e == cudaSuccess) e = cudaStreamSynchronize(cs); /* also: what came before on the stream is done */

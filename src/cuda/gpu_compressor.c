@@ -58,6 +58,7 @@ struct gpu_compressor {
   /* The last encode's header: the codec fields its CPU encoder would set, and
    * payload_bytes (the payload is at body). */
   struct frame_header last;
+  int staged; /* an encode's new residual waits in work for gpu_compressor_commit */
 };
 
 static gcclResult_t cuda_fail(cudaError_t e, const char* what) {
@@ -83,6 +84,10 @@ int gpu_available(const char** why) {
 static const char* gpu_spec_missing(const struct codec_spec* s) {
   if (s->codec == CODEC_TOPK && s->zstd) return "topk with zstd=1";
   return NULL;
+}
+
+int gpu_codec_supported(const struct codec_spec* s, size_t count) {
+  return gpu_spec_missing(s) == NULL && !(s->codec == CODEC_TOPK && (uint64_t)count >> 32);
 }
 
 /* enum spec_values as the kernels' vt. */
@@ -325,8 +330,8 @@ static uint32_t exception_key(const struct codec_spec* s) {
   return s->codec == CODEC_TOPK || s->codec == CODEC_RANDK ? topk_exc_key(s->values) : 0x7F800000u;
 }
 
-gcclResult_t gpu_compressor_encode(struct gpu_compressor* g, const void* src, void* frame, size_t cap,
-                                   size_t* frame_bytes, cudaStream_t st) {
+gcclResult_t gpu_compressor_encode_staged(struct gpu_compressor* g, const void* src, void* frame, size_t cap,
+                                          size_t* frame_bytes, cudaStream_t st) {
   gcclCompressor_t c = g->host;
   const struct codec_spec* s = &c->spec;
   size_t n = c->count;
@@ -367,12 +372,32 @@ gcclResult_t gpu_compressor_encode(struct gpu_compressor* g, const void* src, vo
   CUDA_CHECK(cudaStreamSynchronize(st), "copying the frame");
   GCCL_CHECK(frame_header_write(frame, cap, &h));
   GCCL_CHECK(frame_total_bytes(&h, frame_bytes));
-  if (s->ef) { /* commit */
+  g->staged = s->ef;
+  return gcclSuccess;
+}
+
+void gpu_compressor_commit(struct gpu_compressor* g) {
+  if (g->staged) {
     float* t = g->residual;
     g->residual = g->work;
     g->work = t;
   }
-  c->calls++;
+  g->staged = 0;
+  g->host->calls++;
+}
+
+void gpu_compressor_abort(struct gpu_compressor* g) {
+  g->staged = 0;
+}
+
+gcclResult_t gpu_compressor_encode(struct gpu_compressor* g, const void* src, void* frame, size_t cap,
+                                   size_t* frame_bytes, cudaStream_t st) {
+  gcclResult_t res = gpu_compressor_encode_staged(g, src, frame, cap, frame_bytes, st);
+  if (res != gcclSuccess) {
+    gpu_compressor_abort(g);
+    return res;
+  }
+  gpu_compressor_commit(g);
   return gcclSuccess;
 }
 

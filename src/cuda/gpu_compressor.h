@@ -20,6 +20,8 @@
 
 #include "gccl.h"
 
+struct codec_spec;
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -44,10 +46,23 @@ size_t gpu_compressor_bound(const struct gpu_compressor* g);
  * collective does for its CPU compressor. */
 void gpu_compressor_set_rank(struct gpu_compressor* g, uint64_t rank);
 
+/* 1 when the GPU encodes spec for tensors of count elements (gpu_compressor_create
+ * would not refuse it). */
+int gpu_codec_supported(const struct codec_spec* spec, size_t count);
+
 /* Encodes the device tensor src into frame[0, cap) in host memory and commits the
  * new residual (on the device) only on success. Returns when the frame is ready. */
 gcclResult_t gpu_compressor_encode(struct gpu_compressor* g, const void* src, void* frame, size_t cap,
                                    size_t* frame_bytes, cudaStream_t stream);
+
+/* The same, with the new residual staged: gpu_compressor_commit makes it current
+ * and advances the call number (as compressor_commit), gpu_compressor_abort
+ * forgets it (as compressor_abort). For collectives, which commit only once
+ * every rank succeeded. */
+gcclResult_t gpu_compressor_encode_staged(struct gpu_compressor* g, const void* src, void* frame, size_t cap,
+                                          size_t* frame_bytes, cudaStream_t stream);
+void gpu_compressor_commit(struct gpu_compressor* g);
+void gpu_compressor_abort(struct gpu_compressor* g);
 
 /* The encode kernels alone, device to device, for timing: the payload of src in
  * device scratch, and the staged residual. No frame, no commit. */

@@ -252,7 +252,7 @@ struct Prepared {
     // Buffers as a user would pass them; outputs start as a poison pattern.
     for (int r = 0; r < c.p; r++) {
       struct coll_args& a = args[r];
-      a = {c.kind, nullptr, nullptr, n, c.dt, c.op, c.root, nullptr, 0, 0, nullptr};
+      a = {c.kind, nullptr, nullptr, n, c.dt, c.op, c.root, nullptr, 0, 0, nullptr, nullptr};
       if (n == 0) continue;  // buffers may be NULL for count 0
       const size_t mine = (size_t)r * n * es;
       const bool root = r == c.root;
@@ -411,7 +411,8 @@ TEST(AlgorithmsAllReduce, AvgSumsWithoutDividing) {
                               .comp = nullptr,
                               .comp_first = 0,
                               .device = 0,
-                              .cuda_stream = nullptr};
+                              .cuda_stream = nullptr,
+                              .device_send = nullptr};
         return fn(ctx, &a);
       });
       for (int r = 0; r < p; r++) {
@@ -438,9 +439,18 @@ TEST(AlgorithmsAllReduce, RandomFloatsBitIdenticalAcrossRanksAndRuns) {
       for (int run = 0; run < 2; run++) {
         std::vector<std::vector<float>> out(p, std::vector<float>(n));
         auto res = RunRanks(p, kSmallScratch, kTimeoutMs, [&](struct coll_ctx* ctx) {
-          struct coll_args a = {
-              COLL_ALLREDUCE, in[ctx->rank].data(), out[ctx->rank].data(), n, gcclFloat32, gcclSum, 0, nullptr, 0, 0,
-              nullptr};
+          struct coll_args a = {COLL_ALLREDUCE,
+                                in[ctx->rank].data(),
+                                out[ctx->rank].data(),
+                                n,
+                                gcclFloat32,
+                                gcclSum,
+                                0,
+                                nullptr,
+                                0,
+                                0,
+                                nullptr,
+                                nullptr};
           return algo.fn(ctx, &a);
         });
         for (int r = 0; r < p; r++) {
@@ -470,7 +480,7 @@ TEST(AlgorithmsAllReduce, ProductionScratchLargeVector) {
       for (size_t i = 0; i < n; i++) in[r][i] = (int32_t)(i * 7 + (size_t)r);
     auto res = RunRanks(p, COLL_SCRATCH_BYTES, kTimeoutMs, [&](struct coll_ctx* ctx) {
       struct coll_args a = {
-          COLL_ALLREDUCE, in[ctx->rank].data(), out[ctx->rank].data(), n, gcclInt32, gcclSum, 0, nullptr, 0, 0,
+          COLL_ALLREDUCE, in[ctx->rank].data(), out[ctx->rank].data(), n, gcclInt32, gcclSum, 0, nullptr, 0, 0, nullptr,
           nullptr};
       return algo.fn(ctx, &a);
     });
@@ -497,9 +507,18 @@ TEST(AlgorithmsErrors, MissingPeerTimesOutAndLeavesSendbuffUnchanged) {
     auto start = std::chrono::steady_clock::now();
     auto res = RunRanks(p, kSmallScratch, 200, [&](struct coll_ctx* ctx) {
       if (ctx->rank == 2) return gcclSuccess;  // never arrives
-      struct coll_args a = {
-          COLL_ALLREDUCE, in[ctx->rank].data(), out[ctx->rank].data(), n, gcclFloat32, gcclSum, 0, nullptr, 0, 0,
-          nullptr};
+      struct coll_args a = {COLL_ALLREDUCE,
+                            in[ctx->rank].data(),
+                            out[ctx->rank].data(),
+                            n,
+                            gcclFloat32,
+                            gcclSum,
+                            0,
+                            nullptr,
+                            0,
+                            0,
+                            nullptr,
+                            nullptr};
       return algo.fn(ctx, &a);
     });
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+extern "C" {
+#include "compress/compressor.h"
+}
 #include "core/harness.h"
 #include "cuda/gpu_test.h"
 #include "gccl.h"
@@ -123,6 +126,80 @@ TEST(DeviceBuffers, CompressedAllGatherAndReduceScatterEqualTheHostPath) {
     EXPECT_EQ(std::memcmp(dev_ag[r].data(), host_ag[r].data(), n * p * sizeof(float)), 0) << "allgather, rank " << r;
     EXPECT_EQ(std::memcmp(dev_rs[r].data(), host_rs[r].data(), n * sizeof(float)), 0) << "reducescatter, rank " << r;
     EXPECT_EQ(std::memcmp(dev_ag[r].data(), dev_ag[0].data(), n * p * sizeof(float)), 0) << "rank " << r;
+  }
+}
+
+// The one-frame schedules (sparse-ag, sparse-sr, randk, the compressed allgather)
+// encode a device input on the GPU — the residual then stays on the device — and
+// give the host path's bits: every rank's result, and the residual, after three
+// calls with error feedback.
+TEST(DeviceBuffers, OneFrameSchedulesEncodeOnTheGpuAndGiveTheHostPathsBits) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    const char* algo;
+    const char* spec;
+    bool allgather;
+  };
+  const Case cases[] = {{"sparse-ag", "topk:ratio=0.01", false},
+                        {"sparse-sr", "topk:ratio=0.05", false},
+                        {"sparse-ag", "topk:ratio=0.01,approx=1", false},
+                        {"randk", "randk:ratio=0.02", false},
+                        {"sra", "uniform:bits=4,ef=1", true},
+                        {"sra", "topk:ratio=0.1", true}};
+  for (const Case& k : cases) {
+    for (int p : {2, 3}) {
+      for (size_t n : {size_t{1}, size_t{1031}, size_t{100003}}) {
+        SCOPED_TRACE(std::string(k.algo) + " " + k.spec + " p=" + std::to_string(p) + " n=" + std::to_string(n));
+        gh::ScopedEnv algo("GCCL_ALGO", k.algo);  // read when the communicators are made
+        const size_t out_n = k.allgather ? n * static_cast<size_t>(p) : n;
+        std::vector<std::vector<float>> host(p), dev(p), host_res(p), dev_res(p);
+        std::vector<int> on_device(p, 0);
+        ASSERT_EQ(
+            gh::RunRanks(
+                p,
+                [&](int r, gcclComm_t comm) {
+                  gcclCompressor_t hc = nullptr, dc = nullptr;
+                  ASSERT_EQ(gcclCompressorCreate(&hc, k.spec, n, gcclFloat32), gcclSuccess);
+                  ASSERT_EQ(gcclCompressorCreate(&dc, k.spec, n, gcclFloat32), gcclSuccess);
+                  std::vector<float> in(n), out(out_n);
+                  DeviceFloats send(n), recv(out_n);
+                  for (int call = 0; call < 3; call++) {
+                    for (size_t i = 0; i < n; i++) in[i] = Input(r, i * 7 + static_cast<size_t>(call)) * 0.37f;
+                    send.Put(in);
+                    if (k.allgather) {
+                      EXPECT_EQ(gcclAllGatherCompressed(in.data(), out.data(), n, gcclFloat32, hc, comm, nullptr),
+                                gcclSuccess);
+                      EXPECT_EQ(gcclAllGatherCompressed(send.p, recv.p, n, gcclFloat32, dc, comm, nullptr), gcclSuccess)
+                          << gcclGetLastError(comm);
+                    } else {
+                      EXPECT_EQ(
+                          gcclAllReduceCompressed(in.data(), out.data(), n, gcclFloat32, gcclSum, hc, comm, nullptr),
+                          gcclSuccess);
+                      EXPECT_EQ(gcclAllReduceCompressed(send.p, recv.p, n, gcclFloat32, gcclSum, dc, comm, nullptr),
+                                gcclSuccess)
+                          << gcclGetLastError(comm);
+                    }
+                  }
+                  size_t ru = static_cast<size_t>(r);
+                  on_device[ru] = dc->residual_on_device;
+                  host[ru] = out;
+                  dev[ru] = recv.Get();
+                  host_res[ru].resize(n);
+                  dev_res[ru].resize(n);
+                  EXPECT_EQ(gcclCompressorGetResidual(hc, host_res[ru].data()), gcclSuccess);
+                  EXPECT_EQ(gcclCompressorGetResidual(dc, dev_res[ru].data()), gcclSuccess);
+                  gcclCompressorDestroy(hc);
+                  gcclCompressorDestroy(dc);
+                }),
+            gcclSuccess);
+        for (int r = 0; r < p; r++) {
+          EXPECT_EQ(on_device[r], 1) << "rank " << r << ": the encode did not run on the GPU";
+          EXPECT_EQ(std::memcmp(dev[r].data(), host[r].data(), out_n * sizeof(float)), 0) << "result, rank " << r;
+          EXPECT_EQ(std::memcmp(dev_res[r].data(), host_res[r].data(), n * sizeof(float)), 0) << "residual, rank " << r;
+          EXPECT_EQ(std::memcmp(dev[r].data(), dev[0].data(), out_n * sizeof(float)), 0) << "rank " << r;
+        }
+      }
+    }
   }
 }
 
