@@ -274,7 +274,7 @@ gcclResult_t comm_execute(gcclComm_t comm, const struct coll_args* call) {
             (unsigned long long)comm->seq, a->count, dtype_name(a->dt), op_name(a->op), a->root, algo_name(algo),
             a->comp ? " codec " : "", a->comp ? a->comp->spec_text : "");
   if (a->comp) a->comp->rank = (uint64_t)comm->rank; /* stochastic rounding: independent draws per rank */
-  gcclResult_t res = device_plan_encode(&args, algo);
+  gcclResult_t res = device_prepare(&args, algo, comm->rank, comm->nranks);
   if (res != gcclSuccess) tp->ops->abort(tp, res); /* peers are on their way into the agreement */
   if (res == gcclSuccess) res = coll_agree(&comm->ctx, call, algo, comm->seq++);
   if (res == gcclSuccess) {

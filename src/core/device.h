@@ -8,7 +8,8 @@
  * as any other (the same schedules, codecs and residuals), and the result is
  * copied back and waited for. So the call is ordered on its CUDA stream like a
  * kernel, but the host waits for it. A one-frame schedule's encode of the whole
- * fp32 input runs on the GPU instead, from the device buffer (device_plan_encode).
+ * fp32 input runs on the GPU instead, from the device buffer, which then never
+ * crosses to the host (device_prepare).
  * Builds without CUDA compile device_none.c: no pointer is a device pointer there. */
 #ifndef GCCL_CORE_DEVICE_H
 #define GCCL_CORE_DEVICE_H
@@ -31,13 +32,17 @@ gcclResult_t device_execute(struct device_stage** stage, gcclComm_t comm, const 
                             gcclResult_t (*run)(gcclComm_t, const struct coll_args*));
 void device_stage_free(struct device_stage* stage);
 
-/* Before a call runs (comm_execute), for staged calls from the device
- * (a->device_send set by device_execute): keeps a->device_send when the call's one encode of its input will run on the
- * GPU — algo is a one-frame schedule (coll_encode_input), the input is the whole
- * fp32 tensor, and the codec has GPU kernels — else clears it. Then puts the
- * compressor's residual where that encode will read it (the device, or the host
- * for the CPU codecs). Dense calls: clears it. */
-gcclResult_t device_plan_encode(struct coll_args* a, enum coll_algo algo);
+/* Before a call runs algorithm algo on `rank` of nranks (comm_execute). A staged
+ * call from the device (a->device_send set by device_execute, a->sendbuff the
+ * pinned staging) keeps a->device_send when its one encode of the input will run
+ * on the GPU: algo is a one-frame schedule (coll_encode_input), the input the
+ * whole fp32 tensor, the codec one with GPU kernels. Otherwise the send buffer is
+ * copied into the staging now and a->device_send cleared. A compressor's residual
+ * is put where the encode will read it (the device, or the host). */
+gcclResult_t device_prepare(struct coll_args* a, enum coll_algo algo, int rank, int nranks);
+/* device_prepare's choice for a compressed call (device_codec.c): *gpu = 1 when
+ * its encode runs on the GPU; moves the residual there, or to the host. */
+gcclResult_t device_place_residual(const struct coll_args* a, enum coll_algo algo, int* gpu);
 /* The GPU encode of coll_encode_input: the device input into a host frame, the
  * new residual staged on the device until device_commit_encode. */
 gcclResult_t device_encode_input(const struct coll_args* a, void* frame, size_t cap, size_t* frame_bytes);

@@ -45,9 +45,18 @@ gcclResult_t device_decode_accumulate(const void* frame, size_t frame_bytes, voi
   return err_set(gcclInternalError, "device buffers in a build without CUDA");
 }
 
-gcclResult_t device_plan_encode(struct coll_args* a, enum coll_algo algo) {
+gcclResult_t device_prepare(struct coll_args* a, enum coll_algo algo, int rank, int nranks) {
+  (void)a; /* device_send is never set without CUDA */
   (void)algo;
-  a->device_send = NULL; /* never set without CUDA */
+  (void)rank;
+  (void)nranks;
+  return gcclSuccess;
+}
+
+gcclResult_t device_place_residual(const struct coll_args* a, enum coll_algo algo, int* gpu) {
+  (void)a;
+  (void)algo;
+  *gpu = 0;
   return gcclSuccess;
 }
 

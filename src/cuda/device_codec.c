@@ -48,21 +48,13 @@ static int one_frame_schedule(enum coll_kind kind, enum coll_algo algo) {
   return kind == COLL_ALLREDUCE && (algo == ALGO_SPARSE_AG || algo == ALGO_SPARSE_SR || algo == ALGO_RANDK);
 }
 
-gcclResult_t device_plan_encode(struct coll_args* a, enum coll_algo algo) {
+gcclResult_t device_place_residual(const struct coll_args* a, enum coll_algo algo, int* gpu) {
   gcclCompressor_t c = a->comp;
-  if (c == NULL) {
-    a->device_send = NULL;
-    return gcclSuccess;
-  }
   /* Collective frames are fp32 frames: for an fp32 tensor they are the ones the
    * GPU twin makes. Global re-sparsification stages residual on the host. */
-  int gpu = a->device_send && one_frame_schedule(a->kind, algo) && a->comp_first == 0 && a->count == c->count &&
-            c->count > 0 && c->dt == gcclFloat32 && !c->spec.global && gpu_codec_supported(&c->spec, c->count);
-  if (!gpu) {
-    a->device_send = NULL;
-    return device_residual_to_host(c);
-  }
-  return residual_to_device(c);
+  *gpu = a->device_send && one_frame_schedule(a->kind, algo) && a->comp_first == 0 && a->count == c->count &&
+         c->count > 0 && c->dt == gcclFloat32 && !c->spec.global && gpu_codec_supported(&c->spec, c->count);
+  return *gpu ? residual_to_device(c) : device_residual_to_host(c);
 }
 
 gcclResult_t device_encode_input(const struct coll_args* a, void* frame, size_t cap, size_t* frame_bytes) {

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,11 +97,10 @@ gcclResult_t device_execute(struct device_stage** stage, gcclComm_t comm, const 
   h.device = 0;
   if (a->device & DEVICE_SEND) {
     h.sendbuff = st->host;
-    h.device_send = ext.reads_send ? a->sendbuff : NULL; /* comm_execute may encode from here (device.h) */
-    if (send && ext.reads_send) {
-      cudaError_t e = cudaMemcpyAsync(st->host, a->sendbuff, send, cudaMemcpyDeviceToHost, cs);
-      if (e == cudaSuccess) e = cudaStreamSynchronize(cs); /* also: what came before on the stream is done */
-      if (e != cudaSuccess) return cuda_fail(e, "copying the send buffer from the device");
+    if (send && ext.reads_send) { /* copied by device_prepare unless the GPU encodes it */
+      h.device_send = a->sendbuff;
+      cudaError_t e = cudaStreamSynchronize(cs); /* what came before on the stream is done */
+      if (e != cudaSuccess) return cuda_fail(e, "waiting for the work before the call");
     }
   }
   if (a->device & DEVICE_RECV) h.recvbuff = st->host + send; /* out of place on the host, also for in-place calls */
@@ -110,6 +110,20 @@ gcclResult_t device_execute(struct device_stage** stage, gcclComm_t comm, const 
     cudaError_t e = cudaMemcpyAsync(a->recvbuff, h.recvbuff, recv, cudaMemcpyHostToDevice, cs);
     if (e == cudaSuccess) e = cudaStreamSynchronize(cs);
     if (e != cudaSuccess) return cuda_fail(e, "copying the result to the device");
+  }
+  return gcclSuccess;
+}
+
+gcclResult_t device_prepare(struct coll_args* a, enum coll_algo algo, int rank, int nranks) {
+  int gpu = 0;
+  if (a->comp) GCCL_CHECK(device_place_residual(a, algo, &gpu));
+  if (a->device_send && !gpu) {
+    size_t send = coll_extent_of(a, dtype_size(a->dt), rank, nranks).send_bytes;
+    cudaStream_t cs = (cudaStream_t)a->cuda_stream;
+    cudaError_t e = cudaMemcpyAsync((void*)(uintptr_t)a->sendbuff, a->device_send, send, cudaMemcpyDeviceToHost, cs);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cs);
+    if (e != cudaSuccess) return cuda_fail(e, "copying the send buffer from the device");
+    a->device_send = NULL;
   }
   return gcclSuccess;
 }
