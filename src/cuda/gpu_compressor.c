@@ -39,6 +39,7 @@ struct gpu_compressor {
   size_t scratch_bytes;
   unsigned long long* counters;   /* device, CNT_SLOTS */
   unsigned long long* h_counters; /* pinned copy */
+  unsigned char* h_body;          /* pinned: where an encoded body lands (body_cap at create) */
   double* saved;                  /* device: dst values at exception indices while decoding */
   size_t saved_cap;
   /* topk: the select's state and histogram, tie and kept indices, the index
@@ -101,6 +102,7 @@ void gpu_compressor_destroy(struct gpu_compressor* g) {
                  g->tk_state, g->tk_hist, g->tk_ties, g->tk_kept,    g->tk_section, g->tk_words, g->tk_sample};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
   cudaFreeHost(g->h_counters);
+  cudaFreeHost(g->h_body);
   cudaFreeHost(g->h_sample);
   free(g->h_sample_tmp);
   free(g->h_sample_hist);
@@ -154,6 +156,9 @@ gcclResult_t gpu_compressor_create(struct gpu_compressor** out, const char* spec
   if (e == cudaSuccess) e = cudaMalloc((void**)&g->exc, n * sizeof(uint64_t));
   if (e == cudaSuccess) e = cudaMalloc((void**)&g->counters, CNT_SLOTS * sizeof(unsigned long long));
   if (e == cudaSuccess) e = cudaMallocHost((void**)&g->h_counters, CNT_SLOTS * sizeof(unsigned long long));
+  /* Bodies cross to the host through pinned memory: at full PCIe speed, and
+   * without the driver's own staging of a copy to pageable memory. */
+  if (e == cudaSuccess) e = cudaMallocHost((void**)&g->h_body, g->body_cap);
   if (e == cudaSuccess) e = cudaMalloc(&g->scratch, g->scratch_bytes ? g->scratch_bytes : 1);
   if (s->codec == CODEC_TOPK) {
     if (e == cudaSuccess) e = cudaMalloc((void**)&g->tk_state, sizeof(gk_topk_state));
@@ -356,20 +361,21 @@ gcclResult_t gpu_compressor_encode_staged(struct gpu_compressor* g, const void* 
     CUDA_CHECK(cudaStreamSynchronize(st), "selecting exceptions");
     nexc = (size_t)g->h_counters[CNT_EXC];
   }
-  unsigned char* body = (unsigned char*)frame + FRAME_HEADER_BYTES;
+  size_t bytes;
   if (nexc <= (c->bound - FRAME_HEADER_BYTES - h.payload_bytes) / entry) {
     h.exceptions = nexc;
     CUDA_CHECK(gk_exceptions_write(src, c->dt, g->exc, nexc, g->body + h.payload_bytes, st), "writing exceptions");
-    size_t bytes = h.payload_bytes + nexc * entry;
-    if (bytes) CUDA_CHECK(cudaMemcpyAsync(body, g->body, bytes, cudaMemcpyDeviceToHost, st), "copying the frame");
+    bytes = h.payload_bytes + nexc * entry;
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(g->h_body, g->body, bytes, cudaMemcpyDeviceToHost, st), "copying the frame");
   } else { /* raw fallback, as compressor.c's encode_raw (the codec's header fields stay) */
     h.flags = FRAME_FLAG_RAW;
     h.exceptions = 0;
-    h.payload_bytes = n * dtype_size(c->dt);
-    CUDA_CHECK(cudaMemcpyAsync(body, src, h.payload_bytes, cudaMemcpyDeviceToHost, st), "copying the raw frame");
+    h.payload_bytes = bytes = n * dtype_size(c->dt);
+    CUDA_CHECK(cudaMemcpyAsync(g->h_body, src, bytes, cudaMemcpyDeviceToHost, st), "copying the raw frame");
     if (s->ef) CUDA_CHECK(gk_raw_residual(src, c->dt, g->residual, g->work, n, st), "the raw residual");
   }
   CUDA_CHECK(cudaStreamSynchronize(st), "copying the frame");
+  if (bytes) memcpy((unsigned char*)frame + FRAME_HEADER_BYTES, g->h_body, bytes);
   GCCL_CHECK(frame_header_write(frame, cap, &h));
   GCCL_CHECK(frame_total_bytes(&h, frame_bytes));
   g->staged = s->ef;
