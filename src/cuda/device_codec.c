@@ -84,18 +84,18 @@ gcclResult_t device_encode(gcclCompressor_t c, const void* src, void* frame, siz
     return err_set(gcclInvalidUsage, "gcclEncode: a device frame needs a device tensor (src is host memory)");
   GCCL_CHECK(residual_to_device(c));
   gpu_compressor_sync(c->device, c->calls, c->rank);
-  if (!device_is_pointer(frame)) {
-    GCCL_CHECK(gpu_compressor_encode(c->device, src, frame, cap, frame_bytes, NULL));
-  } else { /* a device frame: encoded into host memory, then copied over */
-    unsigned char* staged = malloc(c->bound);
-    if (staged == NULL) return err_set(gcclSystemError, "gcclEncode: out of memory staging a device frame");
-    gcclResult_t res = gpu_compressor_encode(c->device, src, staged, c->bound, frame_bytes, NULL);
-    cudaError_t e = res == gcclSuccess ? cudaMemcpy(frame, staged, *frame_bytes, cudaMemcpyHostToDevice) : cudaSuccess;
-    free(staged);
-    if (e != cudaSuccess) res = cuda_fail(e, "copying the frame to the device");
-    GCCL_CHECK(res);
+  /* A device frame is encoded into the twin's pinned buffer (the host writes the
+   * CRC), then copied over; the residual is committed once the frame is there. */
+  int to_device = device_is_pointer(frame);
+  void* out = to_device ? gpu_compressor_frame_buffer(c->device) : frame;
+  GCCL_CHECK(gpu_compressor_encode_staged(c->device, src, out, to_device ? c->bound : cap, frame_bytes, NULL));
+  cudaError_t e = to_device ? cudaMemcpy(frame, out, *frame_bytes, cudaMemcpyHostToDevice) : cudaSuccess;
+  if (e != cudaSuccess) {
+    gpu_compressor_abort(c->device);
+    return cuda_fail(e, "copying the frame to the device");
   }
-  c->calls++; /* the twin committed its residual; the call number moves on with it */
+  gpu_compressor_commit(c->device);
+  c->calls++; /* the twin's call number moved on with it */
   return gcclSuccess;
 }
 

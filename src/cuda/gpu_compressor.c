@@ -39,7 +39,7 @@ struct gpu_compressor {
   size_t scratch_bytes;
   unsigned long long* counters;   /* device, CNT_SLOTS */
   unsigned long long* h_counters; /* pinned copy */
-  unsigned char* h_body;          /* pinned: where an encoded body lands (body_cap at create) */
+  unsigned char* h_frame;         /* pinned, the bound: where an encoded body lands, after a header */
   double* saved;                  /* device: dst values at exception indices while decoding */
   size_t saved_cap;
   /* topk: the select's state and histogram, tie and kept indices, the index
@@ -102,7 +102,7 @@ void gpu_compressor_destroy(struct gpu_compressor* g) {
                  g->tk_state, g->tk_hist, g->tk_ties, g->tk_kept,    g->tk_section, g->tk_words, g->tk_sample};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
   cudaFreeHost(g->h_counters);
-  cudaFreeHost(g->h_body);
+  cudaFreeHost(g->h_frame);
   cudaFreeHost(g->h_sample);
   free(g->h_sample_tmp);
   free(g->h_sample_hist);
@@ -158,7 +158,7 @@ gcclResult_t gpu_compressor_create(struct gpu_compressor** out, const char* spec
   if (e == cudaSuccess) e = cudaMallocHost((void**)&g->h_counters, CNT_SLOTS * sizeof(unsigned long long));
   /* Bodies cross to the host through pinned memory: at full PCIe speed, and
    * without the driver's own staging of a copy to pageable memory. */
-  if (e == cudaSuccess) e = cudaMallocHost((void**)&g->h_body, g->body_cap);
+  if (e == cudaSuccess) e = cudaMallocHost((void**)&g->h_frame, g->host->bound);
   if (e == cudaSuccess) e = cudaMalloc(&g->scratch, g->scratch_bytes ? g->scratch_bytes : 1);
   if (s->codec == CODEC_TOPK) {
     if (e == cudaSuccess) e = cudaMalloc((void**)&g->tk_state, sizeof(gk_topk_state));
@@ -188,6 +188,10 @@ fail:
 
 size_t gpu_compressor_bound(const struct gpu_compressor* g) {
   return g->host->bound;
+}
+
+void* gpu_compressor_frame_buffer(struct gpu_compressor* g) {
+  return g->h_frame;
 }
 
 void gpu_compressor_set_rank(struct gpu_compressor* g, uint64_t rank) {
@@ -362,20 +366,21 @@ gcclResult_t gpu_compressor_encode_staged(struct gpu_compressor* g, const void* 
     nexc = (size_t)g->h_counters[CNT_EXC];
   }
   size_t bytes;
+  unsigned char* h_body = g->h_frame + FRAME_HEADER_BYTES;
   if (nexc <= (c->bound - FRAME_HEADER_BYTES - h.payload_bytes) / entry) {
     h.exceptions = nexc;
     CUDA_CHECK(gk_exceptions_write(src, c->dt, g->exc, nexc, g->body + h.payload_bytes, st), "writing exceptions");
     bytes = h.payload_bytes + nexc * entry;
-    if (bytes) CUDA_CHECK(cudaMemcpyAsync(g->h_body, g->body, bytes, cudaMemcpyDeviceToHost, st), "copying the frame");
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(h_body, g->body, bytes, cudaMemcpyDeviceToHost, st), "copying the frame");
   } else { /* raw fallback, as compressor.c's encode_raw (the codec's header fields stay) */
     h.flags = FRAME_FLAG_RAW;
     h.exceptions = 0;
     h.payload_bytes = bytes = n * dtype_size(c->dt);
-    CUDA_CHECK(cudaMemcpyAsync(g->h_body, src, bytes, cudaMemcpyDeviceToHost, st), "copying the raw frame");
+    CUDA_CHECK(cudaMemcpyAsync(h_body, src, bytes, cudaMemcpyDeviceToHost, st), "copying the raw frame");
     if (s->ef) CUDA_CHECK(gk_raw_residual(src, c->dt, g->residual, g->work, n, st), "the raw residual");
   }
   CUDA_CHECK(cudaStreamSynchronize(st), "copying the frame");
-  if (bytes) memcpy((unsigned char*)frame + FRAME_HEADER_BYTES, g->h_body, bytes);
+  if (bytes && frame != g->h_frame) memcpy((unsigned char*)frame + FRAME_HEADER_BYTES, h_body, bytes);
   GCCL_CHECK(frame_header_write(frame, cap, &h));
   GCCL_CHECK(frame_total_bytes(&h, frame_bytes));
   g->staged = s->ef;

@@ -42,6 +42,10 @@ void gpu_compressor_sync(struct gpu_compressor* g, uint64_t calls, uint64_t rank
 /* gcclEncodeBound's value for this compressor. */
 size_t gpu_compressor_bound(const struct gpu_compressor* g);
 
+/* Pinned host memory of gpu_compressor_bound bytes, made at create, through which
+ * encoded bodies cross to the host: encoding into it saves a copy. */
+void* gpu_compressor_frame_buffer(struct gpu_compressor* g);
+
 /* Sets the rank mixed into the stochastic-rounding key (0 by default), as a
  * collective does for its CPU compressor. */
 void gpu_compressor_set_rank(struct gpu_compressor* g, uint64_t rank);
