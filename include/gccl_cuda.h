@@ -8,8 +8,10 @@
  * with the same schedules, codecs and error-feedback residuals as host buffers,
  * and copies the result back. Where a schedule encodes the whole input once (the
  * sparse-ag, sparse-sr and randk allreduces, the compressed allgather) of an fp32
- * tensor, that encode runs on the GPU, with the residual kept on the device, and
- * only the frame crosses to the host: the frame is the one the CPU would make; the calling thread (or the gccl stream's worker)
+ * tensor, the codec work runs on the GPU: the encode of a device input (with the
+ * residual kept on the device; the frame is the one the CPU would make) and,
+ * when the output is on the device too, the decoding of arriving frames into it
+ * (not for sparse-sr), so that frames, not tensors, cross to the host; the calling thread (or the gccl stream's worker)
  * waits for all of it. The CUDA stream of a call is the one its gccl stream was
  * made with (gcclStreamCreateCuda), else the legacy default stream. Pointers are
  * looked at only once the process uses CUDA (a device's primary context is

@@ -46,10 +46,11 @@ struct coll_args {
                         (0 for a user's call; a share of it inside hier) */
   unsigned device;   /* DEVICE_* (core/device.h): buffers in CUDA device memory, staged */
   void* cuda_stream; /* the cudaStream_t those buffers are ordered on (NULL: the default) */
-  /* Staged calls: the caller's send buffer on the device. Kept by comm_execute
-   * only when the schedule's one encode of the input runs on the GPU
-   * (coll_encode_input); NULL otherwise. */
+  /* Staged calls whose codec work runs on the GPU (core/device.h decides): the
+   * caller's device buffers, which the one-frame steps below read and write
+   * instead of sendbuff and recvbuff; NULL otherwise. */
   const void* device_send;
+  void* device_recv;
 };
 
 /* What a call does with its buffers on `rank` of nranks: the bytes its send and
@@ -186,11 +187,19 @@ gcclResult_t allreduce_sparse_ag(struct coll_ctx* ctx, const struct coll_args* a
 gcclResult_t allreduce_sparse_sr(struct coll_ctx* ctx, const struct coll_args* a);    /* sparse.c */
 gcclResult_t allreduce_randk(struct coll_ctx* ctx, const struct coll_args* a);        /* randk_allreduce.c */
 
-/* The first step of the one-frame schedules (sparse-ag, sparse-sr, randk, the
- * compressed allgather): the rank's whole input as one fp32 frame with error
- * feedback (EF_ADD, stage 0) into frame[0, cap); on the GPU when a->device_send
- * is set (encode_input.c). */
+/* The steps of the one-frame schedules (sparse-ag, sparse-sr, randk, the
+ * compressed allgather) that touch the caller's buffers, on the GPU when
+ * a->device_send / a->device_recv are set (one_frame.c):
+ *  - the rank's whole input as one fp32 frame with error feedback (EF_ADD, stage
+ *    0) into frame[0, cap);
+ *  - the fp32 output: elements [at, at + n) cleared (out: recvbuff's, or an fp32
+ *    sum the schedule keeps for other dtypes), a validated frame of n elements
+ *    added into them, or written there as frame_decode_f32_to does. */
 gcclResult_t coll_encode_input(const struct coll_args* a, void* frame, size_t cap, size_t* frame_bytes);
+gcclResult_t coll_output_clear(const struct coll_args* a, float* out, size_t n);
+gcclResult_t coll_output_add(const struct coll_args* a, const void* frame, size_t frame_bytes, float* out, size_t n);
+gcclResult_t coll_output_frame(const struct coll_args* a, const void* frame, size_t frame_bytes, size_t at, size_t n,
+                               float* stage);
 
 /* Splits count elements into nranks near-equal chunks: chunk r starts at
  * *offset and holds *len elements (the first count % nranks chunks hold one more). */

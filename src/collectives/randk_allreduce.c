@@ -88,9 +88,8 @@ gcclResult_t allreduce_randk(struct coll_ctx* ctx, const struct coll_args* a) {
   h.exceptions = nexc;
   GCCL_CHECK(frame_header_write(sum_frame, sum_room, &h));
   float* out = a->dt == gcclFloat32 ? a->recvbuff : (float*)(void*)(base + out_at);
-  memset(out, 0, n * sizeof(float));
-  GCCL_CHECK(
-      frame_decode_accumulate(sum_frame, FRAME_HEADER_BYTES + h.payload_bytes + nexc * EXC_BYTES, out, n, gcclFloat32));
+  GCCL_CHECK(coll_output_clear(a, out, n));
+  GCCL_CHECK(coll_output_add(a, sum_frame, FRAME_HEADER_BYTES + h.payload_bytes + nexc * EXC_BYTES, out, n));
   if (a->dt != gcclFloat32) f32_store(a->recvbuff, a->dt, out, n);
   return gcclSuccess;
 }

@@ -149,15 +149,15 @@ gcclResult_t sparse_frames_sum(struct coll_ctx* ctx, const struct coll_args* a, 
 
   /* rank order, whatever order the frames arrive in */
   float* acc = a->dt == gcclFloat32 ? a->recvbuff : (float*)(void*)(base + sum_at);
-  memset(acc, 0, n * sizeof(float));
+  GCCL_CHECK(coll_output_clear(a, acc, n));
   at = frames_at;
   for (int r = 0; r < p; r++) {
     if (r == me) {
-      GCCL_CHECK(frame_decode_accumulate(base + own_at, own_bytes, acc, n, gcclFloat32));
+      GCCL_CHECK(coll_output_add(a, base + own_at, own_bytes, acc, n));
       continue;
     }
     GCCL_CHECK(coll_wait(tp, &rreq[r]));
-    GCCL_CHECK(frame_decode_accumulate(base + at, (size_t)sizes[r], acc, n, gcclFloat32));
+    GCCL_CHECK(coll_output_add(a, base + at, (size_t)sizes[r], acc, n));
     at += coll_align64((size_t)sizes[r]);
   }
   GCCL_CHECK(wait_all(tp, sreq, p));

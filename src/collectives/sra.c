@@ -164,8 +164,7 @@ gcclResult_t reducescatter_sra(struct coll_ctx* ctx, const struct coll_args* a) 
 static gcclResult_t frames_ring(struct coll_ctx* ctx, const struct coll_args* a, struct sra_work* w, size_t my_bytes) {
   struct transport* tp = ctx->tp;
   int p = ctx->nranks, me = ctx->rank, next = (me + 1) % p, prev = (me - 1 + p) % p;
-  size_t size = dtype_size(a->dt), off, len;
-  unsigned char* out = a->recvbuff;
+  size_t off, len;
   w->got[me] = my_bytes;
   int have = me; /* the chunk whose frame goes to next at this step */
   for (int s = 0; s < p; s++) {
@@ -180,7 +179,7 @@ static gcclResult_t frames_ring(struct coll_ctx* ctx, const struct coll_args* a,
       /* the last step only decodes: the frame has gone round */
       if (hlen) GCCL_CHECK(tp->ops->isend(tp, next, frame, w->got[have], &w->sreq[next]));
     }
-    if (hlen) GCCL_CHECK(frame_decode_f32_to(frame, w->got[have], out + hoff * size, a->dt, hlen, w->stage));
+    if (hlen) GCCL_CHECK(coll_output_frame(a, frame, w->got[have], hoff, hlen, w->stage));
     GCCL_CHECK(coll_wait(tp, &recv));
     GCCL_CHECK(coll_wait(tp, &w->sreq[next])); /* its frame is forwarded from this slot later */
     have = want;

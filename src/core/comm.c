@@ -249,7 +249,7 @@ gcclResult_t gcclCommGetAsyncError(gcclComm_t comm, gcclResult_t* asyncError) {
 /* ---- execution ----------------------------------------------------------------------- */
 
 /* The algorithm for a call: the tuner's, with a compressor's codec in mind. */
-static enum coll_algo choose_algo(gcclComm_t comm, const struct coll_args* a) {
+enum coll_algo comm_choose_algo(gcclComm_t comm, const struct coll_args* a) {
   size_t bytes = a->count * dtype_size(a->dt);
   if (!a->comp)
     return tuner_choose(a->kind, bytes, comm->nranks, comm->ctx.local_size, comm->tp->shares_address_space,
@@ -269,12 +269,12 @@ gcclResult_t comm_execute(gcclComm_t comm, const struct coll_args* call) {
   struct coll_args args = *call;
   const struct coll_args* a = &args;
   if (args.comp && args.comp->spec.codec == CODEC_NONE) args.comp = NULL;
-  enum coll_algo algo = choose_algo(comm, a);
+  enum coll_algo algo = comm_choose_algo(comm, a);
   GCCL_INFO(LOG_COLL, "%s seq %llu count %zu %s %s root %d algo %s%s%s", coll_kind_name(a->kind),
             (unsigned long long)comm->seq, a->count, dtype_name(a->dt), op_name(a->op), a->root, algo_name(algo),
             a->comp ? " codec " : "", a->comp ? a->comp->spec_text : "");
   if (a->comp) a->comp->rank = (uint64_t)comm->rank; /* stochastic rounding: independent draws per rank */
-  gcclResult_t res = device_prepare(&args, algo, comm->rank, comm->nranks);
+  gcclResult_t res = device_place_residual(a);
   if (res != gcclSuccess) tp->ops->abort(tp, res); /* peers are on their way into the agreement */
   if (res == gcclSuccess) res = coll_agree(&comm->ctx, call, algo, comm->seq++);
   if (res == gcclSuccess) {

@@ -39,6 +39,10 @@ gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks, int node_size);
 /* Frees what comm_alloc made and the transport, if any. */
 void comm_free(gcclComm_t comm);
 
+/* The algorithm a call runs: GCCL_ALGO when the collective has it, else the
+ * tuner's (by size, ranks and codec). The same on every rank. */
+enum coll_algo comm_choose_algo(gcclComm_t comm, const struct coll_args* a);
+
 /* Runs one collective now, in the calling thread: tuner, agreement, algorithm.
  * On failure the message is in the communicator's last error. */
 gcclResult_t comm_execute(gcclComm_t comm, const struct coll_args* args);

@@ -7,9 +7,9 @@
  * when a call needs more, reused otherwise), the collective runs on host memory
  * as any other (the same schedules, codecs and residuals), and the result is
  * copied back and waited for. So the call is ordered on its CUDA stream like a
- * kernel, but the host waits for it. A one-frame schedule's encode of the whole
- * fp32 input runs on the GPU instead, from the device buffer, which then never
- * crosses to the host (device_prepare).
+ * kernel, but the host waits for it. A one-frame schedule of a whole fp32
+ * tensor instead encodes and decodes on the GPU, from and into the device
+ * buffers: only frames cross to the host (device_codec_path).
  * Builds without CUDA compile device_none.c: no pointer is a device pointer there. */
 #ifndef GCCL_CORE_DEVICE_H
 #define GCCL_CORE_DEVICE_H
@@ -32,20 +32,25 @@ gcclResult_t device_execute(struct device_stage** stage, gcclComm_t comm, const 
                             gcclResult_t (*run)(gcclComm_t, const struct coll_args*));
 void device_stage_free(struct device_stage* stage);
 
-/* Before a call runs algorithm algo on `rank` of nranks (comm_execute). A staged
- * call from the device (a->device_send set by device_execute, a->sendbuff the
- * pinned staging) keeps a->device_send when its one encode of the input will run
- * on the GPU: algo is a one-frame schedule (coll_encode_input), the input the
- * whole fp32 tensor, the codec one with GPU kernels. Otherwise the send buffer is
- * copied into the staging now and a->device_send cleared. A compressor's residual
- * is put where the encode will read it (the device, or the host). */
-gcclResult_t device_prepare(struct coll_args* a, enum coll_algo algo, int rank, int nranks);
-/* device_prepare's choice for a compressed call (device_codec.c): *gpu = 1 when
- * its encode runs on the GPU; moves the residual there, or to the host. */
-gcclResult_t device_place_residual(const struct coll_args* a, enum coll_algo algo, int* gpu);
-/* The GPU encode of coll_encode_input: the device input into a host frame, the
- * new residual staged on the device until device_commit_encode. */
+/* Which codec work of a compressed call running algorithm algo runs on the GPU
+ * (device_codec.c), as DEVICE_* flags: DEVICE_SEND, the encode of the input,
+ * when the send buffer is on the device, algo a one-frame schedule (coll.h's
+ * coll_encode_input), the call the whole fp32 tensor and the codec one with GPU
+ * kernels; DEVICE_RECV as well, the decoding into the output (coll_output_*),
+ * when the receive buffer is on the device too and algo is not sparse-sr (whose
+ * sums are built on the host). device_execute hands the schedule those device
+ * buffers (coll_args.device_send, device_recv) instead of staging them. */
+unsigned device_codec_path(const struct coll_args* a, enum coll_algo algo);
+/* Puts a compressor's residual where this call's encode reads it: on the device
+ * when a->device_send is set, else on the host (before the schedule runs). */
+gcclResult_t device_place_residual(const struct coll_args* a);
+/* The one-frame steps on the GPU: the device input into a host frame, the new
+ * residual staged on the device until device_commit_encode; elements [at, at +
+ * n) of the device output cleared, or a (host) frame of n elements added into
+ * them. */
 gcclResult_t device_encode_input(const struct coll_args* a, void* frame, size_t cap, size_t* frame_bytes);
+gcclResult_t device_output_clear(const struct coll_args* a, size_t at, size_t n);
+gcclResult_t device_output_add(const struct coll_args* a, const void* frame, size_t frame_bytes, size_t at, size_t n);
 /* After a collective that encoded on the GPU: makes the staged residual current
  * and advances the call number, as compressor_commit; or forgets it. */
 gcclResult_t device_commit_encode(gcclCompressor_t c);

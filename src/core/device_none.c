@@ -45,18 +45,14 @@ gcclResult_t device_decode_accumulate(const void* frame, size_t frame_bytes, voi
   return err_set(gcclInternalError, "device buffers in a build without CUDA");
 }
 
-gcclResult_t device_prepare(struct coll_args* a, enum coll_algo algo, int rank, int nranks) {
-  (void)a; /* device_send is never set without CUDA */
-  (void)algo;
-  (void)rank;
-  (void)nranks;
-  return gcclSuccess;
-}
-
-gcclResult_t device_place_residual(const struct coll_args* a, enum coll_algo algo, int* gpu) {
+unsigned device_codec_path(const struct coll_args* a, enum coll_algo algo) {
   (void)a;
   (void)algo;
-  *gpu = 0;
+  return 0;
+}
+
+gcclResult_t device_place_residual(const struct coll_args* a) {
+  (void)a;
   return gcclSuccess;
 }
 
@@ -65,6 +61,22 @@ gcclResult_t device_encode_input(const struct coll_args* a, void* frame, size_t 
   (void)frame;
   (void)cap;
   (void)frame_bytes;
+  return err_set(gcclInternalError, "device buffers in a build without CUDA");
+}
+
+gcclResult_t device_output_clear(const struct coll_args* a, size_t at, size_t n) {
+  (void)a;
+  (void)at;
+  (void)n;
+  return err_set(gcclInternalError, "device buffers in a build without CUDA");
+}
+
+gcclResult_t device_output_add(const struct coll_args* a, const void* frame, size_t frame_bytes, size_t at, size_t n) {
+  (void)a;
+  (void)frame;
+  (void)frame_bytes;
+  (void)at;
+  (void)n;
   return err_set(gcclInternalError, "device buffers in a build without CUDA");
 }
 

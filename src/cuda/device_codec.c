@@ -48,19 +48,39 @@ static int one_frame_schedule(enum coll_kind kind, enum coll_algo algo) {
   return kind == COLL_ALLREDUCE && (algo == ALGO_SPARSE_AG || algo == ALGO_SPARSE_SR || algo == ALGO_RANDK);
 }
 
-gcclResult_t device_place_residual(const struct coll_args* a, enum coll_algo algo, int* gpu) {
+unsigned device_codec_path(const struct coll_args* a, enum coll_algo algo) {
   gcclCompressor_t c = a->comp;
   /* Collective frames are fp32 frames: for an fp32 tensor they are the ones the
-   * GPU twin makes. Global re-sparsification stages residual on the host. */
-  *gpu = a->device_send && one_frame_schedule(a->kind, algo) && a->comp_first == 0 && a->count == c->count &&
-         c->count > 0 && c->dt == gcclFloat32 && !c->spec.global && gpu_codec_supported(&c->spec, c->count);
-  return *gpu ? residual_to_device(c) : device_residual_to_host(c);
+   * GPU twin makes. Global re-sparsification stages residual on the host; codec
+   * "none" runs the dense schedules. */
+  int encode = c && (a->device & DEVICE_SEND) && one_frame_schedule(a->kind, algo) && a->comp_first == 0 &&
+               a->count == c->count && c->count > 0 && c->dt == gcclFloat32 && c->spec.codec != CODEC_NONE &&
+               !c->spec.global && gpu_codec_supported(&c->spec, c->count);
+  if (!encode) return 0;
+  /* sparse-sr routes entries as range messages and sums them on the host */
+  return DEVICE_SEND | ((a->device & DEVICE_RECV) && algo != ALGO_SPARSE_SR ? DEVICE_RECV : 0u);
+}
+
+gcclResult_t device_place_residual(const struct coll_args* a) {
+  if (a->comp == NULL) return gcclSuccess;
+  return a->device_send ? residual_to_device(a->comp) : device_residual_to_host(a->comp);
 }
 
 gcclResult_t device_encode_input(const struct coll_args* a, void* frame, size_t cap, size_t* frame_bytes) {
   gcclCompressor_t c = a->comp;
   gpu_compressor_sync(c->device, c->calls, c->rank);
   return gpu_compressor_encode_staged(c->device, a->device_send, frame, cap, frame_bytes, (cudaStream_t)a->cuda_stream);
+}
+
+gcclResult_t device_output_clear(const struct coll_args* a, size_t at, size_t n) {
+  cudaStream_t cs = (cudaStream_t)a->cuda_stream;
+  cudaError_t e = cudaMemsetAsync((float*)a->device_recv + at, 0, n * sizeof(float), cs); /* before the adds */
+  return e == cudaSuccess ? gcclSuccess : cuda_fail(e, "clearing the device output");
+}
+
+gcclResult_t device_output_add(const struct coll_args* a, const void* frame, size_t frame_bytes, size_t at, size_t n) {
+  return gpu_compressor_decode(a->comp->device, frame, frame_bytes, (float*)a->device_recv + at, n, gcclFloat32,
+                               (cudaStream_t)a->cuda_stream);
 }
 
 gcclResult_t device_commit_encode(gcclCompressor_t c) {

@@ -3,7 +3,6 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,37 +92,30 @@ gcclResult_t device_execute(struct device_stage** stage, gcclComm_t comm, const 
     st->cap = send + recv;
   }
   cudaStream_t cs = (cudaStream_t)a->cuda_stream;
+  cudaError_t e = cudaStreamSynchronize(cs); /* what came before on the stream is done */
+  if (e != cudaSuccess) return cuda_fail(e, "waiting for the work queued before the call");
   struct coll_args h = *a;
   h.device = 0;
+  /* Codec work on the GPU: the schedule reads (writes) the device buffer itself,
+   * and only frames cross to the host. */
+  unsigned on_gpu = a->comp ? device_codec_path(a, comm_choose_algo(comm, a)) : 0u;
+  if (on_gpu & DEVICE_SEND) h.device_send = a->sendbuff;
+  if (on_gpu & DEVICE_RECV) h.device_recv = a->recvbuff;
   if (a->device & DEVICE_SEND) {
     h.sendbuff = st->host;
-    if (send && ext.reads_send) { /* copied by device_prepare unless the GPU encodes it */
-      h.device_send = a->sendbuff;
-      cudaError_t e = cudaStreamSynchronize(cs); /* what came before on the stream is done */
-      if (e != cudaSuccess) return cuda_fail(e, "waiting for the work before the call");
+    if (send && ext.reads_send && !(on_gpu & DEVICE_SEND)) {
+      e = cudaMemcpyAsync(st->host, a->sendbuff, send, cudaMemcpyDeviceToHost, cs);
+      if (e == cudaSuccess) e = cudaStreamSynchronize(cs);
+      if (e != cudaSuccess) return cuda_fail(e, "copying the send buffer from the device");
     }
   }
   if (a->device & DEVICE_RECV) h.recvbuff = st->host + send; /* out of place on the host, also for in-place calls */
   GCCL_CHECK(run(comm, &h));
   /* A reduce leaves non-root receive buffers alone. */
-  if ((a->device & DEVICE_RECV) && ext.writes_recv && recv) {
-    cudaError_t e = cudaMemcpyAsync(a->recvbuff, h.recvbuff, recv, cudaMemcpyHostToDevice, cs);
+  if ((a->device & DEVICE_RECV) && ext.writes_recv && recv && !(on_gpu & DEVICE_RECV)) {
+    e = cudaMemcpyAsync(a->recvbuff, h.recvbuff, recv, cudaMemcpyHostToDevice, cs);
     if (e == cudaSuccess) e = cudaStreamSynchronize(cs);
     if (e != cudaSuccess) return cuda_fail(e, "copying the result to the device");
-  }
-  return gcclSuccess;
-}
-
-gcclResult_t device_prepare(struct coll_args* a, enum coll_algo algo, int rank, int nranks) {
-  int gpu = 0;
-  if (a->comp) GCCL_CHECK(device_place_residual(a, algo, &gpu));
-  if (a->device_send && !gpu) {
-    size_t send = coll_extent_of(a, dtype_size(a->dt), rank, nranks).send_bytes;
-    cudaStream_t cs = (cudaStream_t)a->cuda_stream;
-    cudaError_t e = cudaMemcpyAsync((void*)(uintptr_t)a->sendbuff, a->device_send, send, cudaMemcpyDeviceToHost, cs);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(cs);
-    if (e != cudaSuccess) return cuda_fail(e, "copying the send buffer from the device");
-    a->device_send = NULL;
   }
   return gcclSuccess;
 }

@@ -252,7 +252,7 @@ struct Prepared {
     // Buffers as a user would pass them; outputs start as a poison pattern.
     for (int r = 0; r < c.p; r++) {
       struct coll_args& a = args[r];
-      a = {c.kind, nullptr, nullptr, n, c.dt, c.op, c.root, nullptr, 0, 0, nullptr, nullptr};
+      a = coll_call(c.kind, nullptr, nullptr, n, c.dt, c.op, c.root);
       if (n == 0) continue;  // buffers may be NULL for count 0
       const size_t mine = (size_t)r * n * es;
       const bool root = r == c.root;
@@ -401,18 +401,7 @@ TEST(AlgorithmsAllReduce, AvgSumsWithoutDividing) {
       std::vector<std::vector<float>> out(p, std::vector<float>(5));
       float in[5] = {1, 2, 3, 4, 5};
       auto res = RunRanks(p, kSmallScratch, kTimeoutMs, [&](struct coll_ctx* ctx) {
-        struct coll_args a = {.kind = COLL_ALLREDUCE,
-                              .sendbuff = in,
-                              .recvbuff = out[ctx->rank].data(),
-                              .count = 5,
-                              .dt = gcclFloat32,
-                              .op = gcclAvg,
-                              .root = 0,
-                              .comp = nullptr,
-                              .comp_first = 0,
-                              .device = 0,
-                              .cuda_stream = nullptr,
-                              .device_send = nullptr};
+        struct coll_args a = coll_call(COLL_ALLREDUCE, in, out[ctx->rank].data(), 5, gcclFloat32, gcclAvg, 0);
         return fn(ctx, &a);
       });
       for (int r = 0; r < p; r++) {
@@ -439,18 +428,8 @@ TEST(AlgorithmsAllReduce, RandomFloatsBitIdenticalAcrossRanksAndRuns) {
       for (int run = 0; run < 2; run++) {
         std::vector<std::vector<float>> out(p, std::vector<float>(n));
         auto res = RunRanks(p, kSmallScratch, kTimeoutMs, [&](struct coll_ctx* ctx) {
-          struct coll_args a = {COLL_ALLREDUCE,
-                                in[ctx->rank].data(),
-                                out[ctx->rank].data(),
-                                n,
-                                gcclFloat32,
-                                gcclSum,
-                                0,
-                                nullptr,
-                                0,
-                                0,
-                                nullptr,
-                                nullptr};
+          struct coll_args a =
+              coll_call(COLL_ALLREDUCE, in[ctx->rank].data(), out[ctx->rank].data(), n, gcclFloat32, gcclSum, 0);
           return algo.fn(ctx, &a);
         });
         for (int r = 0; r < p; r++) {
@@ -479,9 +458,8 @@ TEST(AlgorithmsAllReduce, ProductionScratchLargeVector) {
     for (int r = 0; r < p; r++)
       for (size_t i = 0; i < n; i++) in[r][i] = (int32_t)(i * 7 + (size_t)r);
     auto res = RunRanks(p, COLL_SCRATCH_BYTES, kTimeoutMs, [&](struct coll_ctx* ctx) {
-      struct coll_args a = {
-          COLL_ALLREDUCE, in[ctx->rank].data(), out[ctx->rank].data(), n, gcclInt32, gcclSum, 0, nullptr, 0, 0, nullptr,
-          nullptr};
+      struct coll_args a =
+          coll_call(COLL_ALLREDUCE, in[ctx->rank].data(), out[ctx->rank].data(), n, gcclInt32, gcclSum, 0);
       return algo.fn(ctx, &a);
     });
     for (int r = 0; r < p; r++) {
@@ -507,18 +485,8 @@ TEST(AlgorithmsErrors, MissingPeerTimesOutAndLeavesSendbuffUnchanged) {
     auto start = std::chrono::steady_clock::now();
     auto res = RunRanks(p, kSmallScratch, 200, [&](struct coll_ctx* ctx) {
       if (ctx->rank == 2) return gcclSuccess;  // never arrives
-      struct coll_args a = {COLL_ALLREDUCE,
-                            in[ctx->rank].data(),
-                            out[ctx->rank].data(),
-                            n,
-                            gcclFloat32,
-                            gcclSum,
-                            0,
-                            nullptr,
-                            0,
-                            0,
-                            nullptr,
-                            nullptr};
+      struct coll_args a =
+          coll_call(COLL_ALLREDUCE, in[ctx->rank].data(), out[ctx->rank].data(), n, gcclFloat32, gcclSum, 0);
       return algo.fn(ctx, &a);
     });
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -130,26 +130,28 @@ TEST(DeviceBuffers, CompressedAllGatherAndReduceScatterEqualTheHostPath) {
 }
 
 // The one-frame schedules (sparse-ag, sparse-sr, randk, the compressed allgather)
-// encode a device input on the GPU — the residual then stays on the device — and
-// give the host path's bits: every rank's result, and the residual, after three
-// calls with error feedback.
+// encode a device input on the GPU — the residual then stays on the device —,
+// decode into a device output there (or into a host one on the host), and give
+// the host path's bits: every rank's result, and the residual, after three calls
+// with error feedback.
 TEST(DeviceBuffers, OneFrameSchedulesEncodeOnTheGpuAndGiveTheHostPathsBits) {
   SKIP_WITHOUT_GPU();
   struct Case {
     const char* algo;
     const char* spec;
     bool allgather;
+    bool host_out;  // the receive buffer in host memory
   };
-  const Case cases[] = {{"sparse-ag", "topk:ratio=0.01", false},
-                        {"sparse-sr", "topk:ratio=0.05", false},
-                        {"sparse-ag", "topk:ratio=0.01,approx=1", false},
-                        {"randk", "randk:ratio=0.02", false},
-                        {"sra", "uniform:bits=4,ef=1", true},
-                        {"sra", "topk:ratio=0.1", true}};
+  const Case cases[] = {
+      {"sparse-ag", "topk:ratio=0.01", false, false}, {"sparse-ag", "topk:ratio=0.01", false, true},
+      {"sparse-sr", "topk:ratio=0.05", false, false}, {"sparse-ag", "topk:ratio=0.01,approx=1", false, false},
+      {"randk", "randk:ratio=0.02", false, false},    {"sra", "uniform:bits=4,ef=1", true, false},
+      {"sra", "uniform:bits=4,ef=1", true, true},     {"sra", "topk:ratio=0.1", true, false}};
   for (const Case& k : cases) {
     for (int p : {2, 3}) {
       for (size_t n : {size_t{1}, size_t{1031}, size_t{100003}}) {
-        SCOPED_TRACE(std::string(k.algo) + " " + k.spec + " p=" + std::to_string(p) + " n=" + std::to_string(n));
+        SCOPED_TRACE(std::string(k.algo) + " " + k.spec + (k.host_out ? " host output" : "") +
+                     " p=" + std::to_string(p) + " n=" + std::to_string(n));
         gh::ScopedEnv algo("GCCL_ALGO", k.algo);  // read when the communicators are made
         const size_t out_n = k.allgather ? n * static_cast<size_t>(p) : n;
         std::vector<std::vector<float>> host(p), dev(p), host_res(p), dev_res(p);
@@ -161,21 +163,23 @@ TEST(DeviceBuffers, OneFrameSchedulesEncodeOnTheGpuAndGiveTheHostPathsBits) {
                   gcclCompressor_t hc = nullptr, dc = nullptr;
                   ASSERT_EQ(gcclCompressorCreate(&hc, k.spec, n, gcclFloat32), gcclSuccess);
                   ASSERT_EQ(gcclCompressorCreate(&dc, k.spec, n, gcclFloat32), gcclSuccess);
-                  std::vector<float> in(n), out(out_n);
+                  std::vector<float> in(n), out(out_n), host_recv(out_n);
                   DeviceFloats send(n), recv(out_n);
+                  float* dev_out = k.host_out ? host_recv.data() : recv.p;
                   for (int call = 0; call < 3; call++) {
                     for (size_t i = 0; i < n; i++) in[i] = Input(r, i * 7 + static_cast<size_t>(call)) * 0.37f;
                     send.Put(in);
                     if (k.allgather) {
                       EXPECT_EQ(gcclAllGatherCompressed(in.data(), out.data(), n, gcclFloat32, hc, comm, nullptr),
                                 gcclSuccess);
-                      EXPECT_EQ(gcclAllGatherCompressed(send.p, recv.p, n, gcclFloat32, dc, comm, nullptr), gcclSuccess)
+                      EXPECT_EQ(gcclAllGatherCompressed(send.p, dev_out, n, gcclFloat32, dc, comm, nullptr),
+                                gcclSuccess)
                           << gcclGetLastError(comm);
                     } else {
                       EXPECT_EQ(
                           gcclAllReduceCompressed(in.data(), out.data(), n, gcclFloat32, gcclSum, hc, comm, nullptr),
                           gcclSuccess);
-                      EXPECT_EQ(gcclAllReduceCompressed(send.p, recv.p, n, gcclFloat32, gcclSum, dc, comm, nullptr),
+                      EXPECT_EQ(gcclAllReduceCompressed(send.p, dev_out, n, gcclFloat32, gcclSum, dc, comm, nullptr),
                                 gcclSuccess)
                           << gcclGetLastError(comm);
                     }
@@ -183,7 +187,7 @@ TEST(DeviceBuffers, OneFrameSchedulesEncodeOnTheGpuAndGiveTheHostPathsBits) {
                   size_t ru = static_cast<size_t>(r);
                   on_device[ru] = dc->residual_on_device;
                   host[ru] = out;
-                  dev[ru] = recv.Get();
+                  dev[ru] = k.host_out ? host_recv : recv.Get();
                   host_res[ru].resize(n);
                   dev_res[ru].resize(n);
                   EXPECT_EQ(gcclCompressorGetResidual(hc, host_res[ru].data()), gcclSuccess);
