@@ -13,9 +13,13 @@
  * when the output is on the device too, the decoding of arriving frames into it
  * (not for sparse-sr), so that frames, not tensors, cross to the host; the calling thread (or the gccl stream's worker)
  * waits for all of it. The CUDA stream of a call is the one its gccl stream was
- * made with (gcclStreamCreateCuda), else the legacy default stream. Pointers are
- * looked at only once the process uses CUDA (a device's primary context is
- * active), so a process that never touches CUDA gets no CUDA context from gccl. */
+ * made with (gcclStreamCreateCuda), else the legacy default stream; it runs with
+ * the device that holds its buffers current (also on a gccl stream's worker
+ * thread), and gives the calling thread its device back. Pointers are looked at
+ * only once the process uses CUDA (a device's primary context is active), so a
+ * process that never touches CUDA gets no CUDA context from gccl. A failure
+ * before the collective starts (pinned memory, the stream) breaks the
+ * communicator, so that its peers return instead of waiting. */
 #ifndef GCCL_CUDA_H
 #define GCCL_CUDA_H
 

@@ -26,10 +26,12 @@ struct device_stage {
  * keeps loading on machines without it. */
 typedef int (*device_get_fn)(int* dev, int ordinal);                    /* cuDeviceGet */
 typedef int (*primary_state_fn)(int dev, unsigned* flags, int* active); /* cuDevicePrimaryCtxGetState */
+typedef int (*ctx_get_current_fn)(void** ctx);                          /* cuCtxGetCurrent */
 static struct {
   int devices;
   device_get_fn device_get;
   primary_state_fn primary_state;
+  ctx_get_current_fn ctx_get_current;
 } cuda;
 static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
 
@@ -40,6 +42,7 @@ static void probe_cuda(void) {
   if (lib == NULL) return;
   cuda.device_get = (device_get_fn)dlsym(lib, "cuDeviceGet");
   cuda.primary_state = (primary_state_fn)dlsym(lib, "cuDevicePrimaryCtxGetState");
+  cuda.ctx_get_current = (ctx_get_current_fn)dlsym(lib, "cuCtxGetCurrent");
 }
 
 /* 1 once the process uses CUDA (a primary context is active on some device). */
@@ -54,14 +57,32 @@ static int cuda_in_use(void) {
   return 0;
 }
 
-int device_is_pointer(const void* p) {
-  if (p == NULL || !cuda_in_use()) return 0;
+/* The device whose memory p is, or -1 (host memory, or CUDA unused). */
+static int pointer_device(const void* p) {
+  if (p == NULL || !cuda_in_use()) return -1;
   struct cudaPointerAttributes attr;
   if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
     cudaGetLastError(); /* not a pointer CUDA knows: host memory */
-    return 0;
+    return -1;
   }
-  return attr.type == cudaMemoryTypeDevice;
+  return attr.type == cudaMemoryTypeDevice ? attr.device : -1;
+}
+
+int device_is_pointer(const void* p) {
+  return pointer_device(p) >= 0;
+}
+
+/* Makes dev current for a call, which may run on a gccl stream's worker thread
+ * (whose current device is the default one) or on a caller's thread set to
+ * another GPU. Returns the device to restore afterwards, or -1: none when the
+ * thread had no context before, since setting a device creates one there. */
+static int enter_device(int dev) {
+  int cur = -1;
+  if (dev < 0 || cudaGetDevice(&cur) != cudaSuccess || cur == dev) return -1;
+  void* ctx = NULL;
+  int had_context = cuda.ctx_get_current && cuda.ctx_get_current(&ctx) == 0 && ctx != NULL;
+  cudaSetDevice(dev);
+  return had_context ? cur : -1;
 }
 
 unsigned device_buffers(const struct coll_args* a, int nranks) {
@@ -73,8 +94,9 @@ static gcclResult_t cuda_fail(cudaError_t e, const char* what) {
   return err_set(gcclSystemError, "CUDA: %s failed: %s", what, cudaGetErrorString(e));
 }
 
-gcclResult_t device_execute(struct device_stage** stage, gcclComm_t comm, const struct coll_args* a,
-                            gcclResult_t (*run)(gcclComm_t, const struct coll_args*)) {
+/* device_execute on the buffers' device; *ran once run was called. */
+static gcclResult_t stage_and_run(struct device_stage** stage, gcclComm_t comm, const struct coll_args* a,
+                                  gcclResult_t (*run)(gcclComm_t, const struct coll_args*), int* ran) {
   struct coll_extent ext = coll_extent_of(a, dtype_size(a->dt), comm->rank, comm->nranks);
   size_t send = ext.send_bytes, recv = ext.recv_bytes;
   struct device_stage* st = *stage;
@@ -110,6 +132,7 @@ gcclResult_t device_execute(struct device_stage** stage, gcclComm_t comm, const 
     }
   }
   if (a->device & DEVICE_RECV) h.recvbuff = st->host + send; /* out of place on the host, also for in-place calls */
+  *ran = 1;
   GCCL_CHECK(run(comm, &h));
   /* A reduce leaves non-root receive buffers alone. */
   if ((a->device & DEVICE_RECV) && ext.writes_recv && recv && !(on_gpu & DEVICE_RECV)) {
@@ -118,6 +141,17 @@ gcclResult_t device_execute(struct device_stage** stage, gcclComm_t comm, const 
     if (e != cudaSuccess) return cuda_fail(e, "copying the result to the device");
   }
   return gcclSuccess;
+}
+
+gcclResult_t device_execute(struct device_stage** stage, gcclComm_t comm, const struct coll_args* a,
+                            gcclResult_t (*run)(gcclComm_t, const struct coll_args*)) {
+  int prev = enter_device(pointer_device((a->device & DEVICE_SEND) ? a->sendbuff : a->recvbuff));
+  int ran = 0;
+  gcclResult_t res = stage_and_run(stage, comm, a, run, &ran);
+  /* Failed before the collective began: the peers are on their way into it. */
+  if (res != gcclSuccess && !ran) comm->tp->ops->abort(comm->tp, res);
+  if (prev >= 0) cudaSetDevice(prev);
+  return res;
 }
 
 void device_stage_free(struct device_stage* stage) {

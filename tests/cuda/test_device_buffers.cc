@@ -207,6 +207,46 @@ TEST(DeviceBuffers, OneFrameSchedulesEncodeOnTheGpuAndGiveTheHostPathsBits) {
   }
 }
 
+// Rank r's buffers on GPU r, its calls on a gccl stream: the stream's worker
+// thread runs each call with the buffers' device current (the default one would
+// be wrong for rank 1). Dense and top-k (the GPU codec path) allreduces.
+TEST(DeviceBuffers, StreamWorkersRunOnTheBuffersDevice) {
+  SKIP_WITHOUT_GPU();
+  int gpus = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&gpus), cudaSuccess);
+  if (gpus < 2) GTEST_SKIP() << "needs two GPUs, found " << gpus;
+  const int p = 2;
+  const size_t n = 100003;
+  std::vector<float> want(n, 0.0f);
+  for (int r = 0; r < p; r++)
+    for (size_t i = 0; i < n; i++) want[i] += Input(r, i);
+  ASSERT_EQ(gh::RunRanks(p,
+                         [&](int r, gcclComm_t comm) {
+                           ASSERT_EQ(cudaSetDevice(r), cudaSuccess);
+                           std::vector<float> in(n);
+                           for (size_t i = 0; i < n; i++) in[i] = Input(r, i);
+                           DeviceFloats send(n), recv(n);
+                           send.Put(in);
+                           cudaStream_t cs;
+                           ASSERT_EQ(cudaStreamCreate(&cs), cudaSuccess);
+                           gcclStream_t s = nullptr;
+                           ASSERT_EQ(gcclStreamCreateCuda(&s, cs), gcclSuccess);
+                           EXPECT_EQ(gcclAllReduce(send.p, recv.p, n, gcclFloat32, gcclSum, comm, s), gcclSuccess);
+                           EXPECT_EQ(gcclStreamSynchronize(s), gcclSuccess) << gcclGetLastError(comm);
+                           EXPECT_EQ(recv.Get(), want) << "dense, rank " << r;
+                           gcclCompressor_t c = nullptr;
+                           ASSERT_EQ(gcclCompressorCreate(&c, "topk:ratio=1", n, gcclFloat32), gcclSuccess);
+                           EXPECT_EQ(gcclAllReduceCompressed(send.p, recv.p, n, gcclFloat32, gcclSum, c, comm, s),
+                                     gcclSuccess);
+                           EXPECT_EQ(gcclStreamSynchronize(s), gcclSuccess) << gcclGetLastError(comm);
+                           EXPECT_EQ(recv.Get(), want) << "top-k of every element, rank " << r;
+                           gcclCompressorDestroy(c);
+                           gcclStreamDestroy(s);
+                           cudaStreamDestroy(cs);
+                         }),
+            gcclSuccess);
+}
+
 // A reduce leaves the receive buffers of non-root ranks as they were.
 TEST(DeviceBuffers, ReduceLeavesNonRootReceiveBuffersAlone) {
   SKIP_WITHOUT_GPU();
