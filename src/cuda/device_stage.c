@@ -10,6 +10,7 @@
 #include "../common/result.h"
 #include "../core/comm.h"
 #include "../core/device.h"
+#include "cuda/device_current.h"
 #include "cuda/gpu_compressor.h"
 #include "gccl_cuda.h"
 
@@ -72,17 +73,18 @@ int device_is_pointer(const void* p) {
   return pointer_device(p) >= 0;
 }
 
-/* Makes dev current for a call, which may run on a gccl stream's worker thread
- * (whose current device is the default one) or on a caller's thread set to
- * another GPU. Returns the device to restore afterwards, or -1: none when the
- * thread had no context before, since setting a device creates one there. */
-static int enter_device(int dev) {
+int device_enter(int dev) {
   int cur = -1;
   if (dev < 0 || cudaGetDevice(&cur) != cudaSuccess || cur == dev) return -1;
+  pthread_once(&cuda_once, probe_cuda);
   void* ctx = NULL;
   int had_context = cuda.ctx_get_current && cuda.ctx_get_current(&ctx) == 0 && ctx != NULL;
   cudaSetDevice(dev);
   return had_context ? cur : -1;
+}
+
+void device_leave(int prev) {
+  if (prev >= 0) cudaSetDevice(prev);
 }
 
 unsigned device_buffers(const struct coll_args* a, int nranks) {
@@ -145,12 +147,12 @@ static gcclResult_t stage_and_run(struct device_stage** stage, gcclComm_t comm, 
 
 gcclResult_t device_execute(struct device_stage** stage, gcclComm_t comm, const struct coll_args* a,
                             gcclResult_t (*run)(gcclComm_t, const struct coll_args*)) {
-  int prev = enter_device(pointer_device((a->device & DEVICE_SEND) ? a->sendbuff : a->recvbuff));
+  int prev = device_enter(pointer_device((a->device & DEVICE_SEND) ? a->sendbuff : a->recvbuff));
   int ran = 0;
   gcclResult_t res = stage_and_run(stage, comm, a, run, &ran);
   /* Failed before the collective began: the peers are on their way into it. */
   if (res != gcclSuccess && !ran) comm->tp->ops->abort(comm->tp, res);
-  if (prev >= 0) cudaSetDevice(prev);
+  device_leave(prev);
   return res;
 }
 

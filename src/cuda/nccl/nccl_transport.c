@@ -20,8 +20,6 @@
 #include "nccl_transport.h"
 
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -34,6 +32,7 @@
 #include "../../common/clock.h"
 #include "../../common/log.h"
 #include "../../common/result.h"
+#include "../device_current.h" /* each operation runs with the NCCL device current */
 #include "nccl_api.h"
 
 #define NT_HEADER_BYTES 8
@@ -124,39 +123,6 @@ static int is_broken(struct nccl_tp* t) {
 
 static gcclResult_t cuda_fail(cudaError_t e, const char* what) {
   return err_set(gcclSystemError, "CUDA: %s failed: %s", what, cudaGetErrorString(e));
-}
-
-/* The driver's cuCtxGetCurrent, through dlopen as in device_stage.c. */
-typedef int (*ctx_get_current_fn)(void** ctx);
-static ctx_get_current_fn ctx_get_current;
-static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
-
-static void find_ctx_get_current(void) {
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD); /* loaded by the runtime */
-  if (lib) ctx_get_current = (ctx_get_current_fn)dlsym(lib, "cuCtxGetCurrent");
-}
-
-/* 1 when the calling thread has chosen a device (has a current context). In a
- * thread that has not, cudaGetDevice says 0, and making device 0 current again
- * would create a context there, hundreds of MB, in a process that may never
- * use that GPU. */
-static int thread_has_device(void) {
-  pthread_once(&ctx_once, find_ctx_get_current);
-  void* ctx = NULL;
-  return ctx_get_current == NULL || (ctx_get_current(&ctx) == 0 && ctx != NULL);
-}
-
-/* The caller's device is restored after each operation: gccl streams run
- * collectives on worker threads whose current device is the caller's affair. */
-static int dev_enter(const struct nccl_tp* t) {
-  int prev = -1;
-  if (!thread_has_device() || cudaGetDevice(&prev) != cudaSuccess) prev = -1;
-  if (prev != t->device) cudaSetDevice(t->device);
-  return prev;
-}
-
-static void dev_leave(const struct nccl_tp* t, int prev) {
-  if (prev >= 0 && prev != t->device) cudaSetDevice(prev);
 }
 
 static void put_le64(unsigned char* p, uint64_t v) {
@@ -551,9 +517,9 @@ static gcclResult_t submit(struct nccl_tp* t, int is_send, int peer, const void*
 static gcclResult_t op_submit(struct transport* tp, int is_send, int peer, const void* buf, size_t bytes, size_t* got,
                               tp_req* req) {
   struct nccl_tp* t = nt(tp);
-  int prev = dev_enter(t);
+  int prev = device_enter(t->device);
   gcclResult_t res = submit(t, is_send, peer, buf, bytes, got, req);
-  dev_leave(t, prev);
+  device_leave(prev);
   return res;
 }
 
@@ -605,9 +571,9 @@ static gcclResult_t wait_req(struct nccl_tp* t, tp_req h) {
 
 static gcclResult_t nt_wait(struct transport* tp, tp_req h) {
   struct nccl_tp* t = nt(tp);
-  int prev = dev_enter(t);
+  int prev = device_enter(t->device);
   gcclResult_t res = wait_req(t, h);
-  dev_leave(t, prev);
+  device_leave(prev);
   return res;
 }
 
@@ -642,17 +608,17 @@ static gcclResult_t gather(struct nccl_tp* t, const void* in, size_t bytes, void
 static gcclResult_t nt_allgather_small(struct transport* tp, const void* in, size_t bytes, void* out) {
   struct nccl_tp* t = nt(tp);
   if (bytes > TP_SMALL_MAX) return err_set(gcclInternalError, "allgather_small of %zu bytes", bytes);
-  int prev = dev_enter(t);
+  int prev = device_enter(t->device);
   gcclResult_t res = gather(t, in, bytes, out, "ncclAllGather");
-  dev_leave(t, prev);
+  device_leave(prev);
   return res;
 }
 
 static gcclResult_t nt_barrier(struct transport* tp) {
   struct nccl_tp* t = nt(tp);
-  int prev = dev_enter(t);
+  int prev = device_enter(t->device);
   gcclResult_t res = gather(t, NULL, 0, NULL, "a barrier");
-  dev_leave(t, prev);
+  device_leave(prev);
   return res;
 }
 
@@ -719,9 +685,9 @@ static void nt_cancel_all(struct transport* tp) {
   int pending = 0;
   for (int h = 0; h < t->nreqs; h++) pending |= t->reqs[h]->state != NT_FREE;
   if (!pending) return; /* e.g. after a mismatch found by the agreement: still usable */
-  int prev = dev_enter(t);
+  int prev = device_enter(t->device);
   cancel_requests(t);
-  dev_leave(t, prev);
+  device_leave(prev);
 }
 
 static void nt_abort(struct transport* tp, gcclResult_t reason) {
@@ -736,7 +702,7 @@ static gcclResult_t nt_broken(struct transport* tp) {
 /* Frees everything; the communicators are destroyed when the transport is
  * healthy and idle, else aborted. */
 static void nt_free(struct nccl_tp* t) {
-  int prev = dev_enter(t);
+  int prev = device_enter(t->device);
   if (t->reqs) cancel_requests(t);
   if (!is_broken(t) && !settle(t, settle_deadline(t)))
     break_transport(t, gcclRemoteError, "rank %d destroyed the communicator with messages in flight", t->base.rank);
@@ -758,7 +724,7 @@ static void nt_free(struct nccl_tp* t) {
   for (int h = 0; h < t->nreqs; h++) cudaEventDestroy(t->reqs[h]->ev);
   for (int b = 0; b < t->nblocks; b++) free(t->blocks[b]);
   if (t->have_mem) cudaMemPoolDestroy(t->mem);
-  dev_leave(t, prev);
+  device_leave(prev);
   free(t->reqs);
   free(t->peers);
   free(t);
@@ -980,9 +946,9 @@ gcclResult_t nccl_transport_create(struct transport** out, ncclComm_t user, int6
   t->base.nranks = nranks;
   t->base.shares_address_space = 0;
   t->base.caller_thread_only = 0;
-  int prev = dev_enter(t);
+  int prev = device_enter(t->device);
   gcclResult_t res = create(t, user, mine);
-  dev_leave(t, prev);
+  device_leave(prev);
   if (res != gcclSuccess) {
     /* Aborted, not destroyed: destroying synchronises the ranks of a node, and a
      * peer whose split failed holds no such communicator. */
