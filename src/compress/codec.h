@@ -59,7 +59,22 @@ struct encode_ctx {
    * payload_crc_valid; otherwise the compressor computes it. */
   int payload_crc_valid;
   uint32_t payload_crc;
+  /* Deferred input, for codecs with ops->fills_input: when fill_dst is set, x is
+   * fill_dst and x[i] = fill_a[i] + fill_b[i] (input + residual) is built by
+   * encode_fill just before the codec first reads x[i], so each bucket is still in
+   * cache when the codec reads it and writes the residual over it. */
+  float* fill_dst;
+  const float* fill_a;
+  const float* fill_b;
 };
+
+/* Builds x[base, base + m) of a deferred input (no-op when there is none). */
+static inline void encode_fill(const struct encode_ctx* ctx, size_t base, size_t m) {
+  if (!ctx->fill_dst) return;
+  float* x = ctx->fill_dst + base;
+  const float *a = ctx->fill_a + base, *b = ctx->fill_b + base;
+  for (size_t i = 0; i < m; i++) x[i] = a[i] + b[i];
+}
 
 struct codec_ops {
   /* Largest payload (bytes, excluding header and exceptions) encode writes for
@@ -81,6 +96,10 @@ struct codec_ops {
   gcclResult_t (*encode)(struct encode_ctx* ctx, const float* x, float* resid, size_t n, unsigned char* payload,
                          size_t* payload_bytes, struct frame_header* h);
 
+  /* 1 when encode calls encode_fill for every range before reading it, so it can
+   * take a deferred input (ctx->fill_dst); 0: the compressor builds x first. */
+  int fills_input;
+
   /* Checks everything about the payload the header leaves open (its exact size
    * for these parameters, scales finite, codes legal, indices in range and
    * increasing, ...). gcclCorruptData with an err_set message otherwise. Must not
@@ -93,6 +112,13 @@ struct codec_ops {
    * for zstd; returns gcclSystemError if that fails (dst then unchanged). */
   gcclResult_t (*decode_accumulate)(const struct frame_header* h, const unsigned char* payload, const uint64_t* exc,
                                     size_t nexc, void* dst);
+
+  /* Optional, for fp32 frames: what decode_accumulate leaves in an fp32 dst of
+   * +0.0f, i.e. dst[i] = 0.0f + decoded[i] (0 at exception indices), without
+   * reading dst first: a collective's output is written once instead of cleared
+   * and then read back. NULL: the decoder clears dst and accumulates. */
+  gcclResult_t (*decode_store_f32)(const struct frame_header* h, const unsigned char* payload, const uint64_t* exc,
+                                   size_t nexc, float* dst);
 };
 
 /* The table for each codec, one per file (codec_none.c, codec_fp16.c, ...). */

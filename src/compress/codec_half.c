@@ -17,8 +17,9 @@
 #include "compress/crc32c.h"
 
 #if defined(__x86_64__)
-#include "common/cpu.h"
 #include <immintrin.h>
+
+#include "common/cpu.h"
 #define HALF_HAVE_X86 1
 #endif
 
@@ -86,7 +87,8 @@ __attribute__((target("avx2,f16c"))) static void fp16_encode_avx2(const float* x
   fp16_encode_scalar(x + i, resid ? resid + i : NULL, n - i, out + 2 * i);
 }
 
-__attribute__((target("avx2"))) static void bf16_encode_avx2(const float* x, float* resid, size_t n, unsigned char* out) {
+__attribute__((target("avx2"))) static void bf16_encode_avx2(const float* x, float* resid, size_t n,
+                                                             unsigned char* out) {
   const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
   const __m256i bias = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1), quiet = _mm256_set1_epi32(0x0040);
   size_t i = 0;
@@ -126,7 +128,8 @@ __attribute__((target("avx2"))) static void bf16_decode_avx2(float* dst, const u
   const __m256i quiet = _mm256_set1_epi32(0x00400000);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    __m256i u = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(const void*)(in + 2 * i))), 16);
+    __m256i u =
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(const void*)(in + 2 * i))), 16);
     __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
     u = _mm256_or_si256(u, _mm256_and_si256(nan, quiet)); /* NaN made quiet, as bf16_to_float */
     _mm256_storeu_ps(dst + i, _mm256_add_ps(_mm256_loadu_ps(dst + i), _mm256_castsi256_ps(u)));
@@ -165,6 +168,7 @@ static gcclResult_t half_encode(struct encode_ctx* ctx, const float* x, float* r
   for (size_t i = 0; i < n; i += HALF_BLOCK) {
     size_t m = n - i < HALF_BLOCK ? n - i : HALF_BLOCK;
     unsigned char* out = payload + 2 * i;
+    encode_fill(ctx, i, m);
     enc(x + i, resid ? resid + i : NULL, m, out);
     crc = crc32c(crc, out, 2 * m);
   }
@@ -182,13 +186,16 @@ static gcclResult_t half_validate(const struct frame_header* h, const unsigned c
   return gcclSuccess;
 }
 
-static gcclResult_t half_decode_accumulate(const struct frame_header* h, const unsigned char* payload,
-                                           const uint64_t* exc, size_t nexc, void* dst) {
+/* decode_accumulate (store = 0), and decode_store_f32 (store = 1: each block of
+ * dst cleared while it is in L1, then added to). */
+static gcclResult_t half_decode(const struct frame_header* h, const unsigned char* payload, const uint64_t* exc,
+                                size_t nexc, void* dst, int store) {
   half_encode_fn enc;
   half_decode_fn dec;
   half_kernels(h->codec, codec_force_scalar, &enc, &dec);
   size_t n = (size_t)h->count;
-  if (h->dtype == gcclFloat32 && nexc == 0) {
+  int direct = h->dtype == gcclFloat32 && nexc == 0;
+  if (direct && !store) {
     dec(dst, payload, n);
     return gcclSuccess;
   }
@@ -197,6 +204,11 @@ static gcclResult_t half_decode_accumulate(const struct frame_header* h, const u
   size_t cursor = 0;
   for (size_t i = 0; i < n; i += 1024) {
     size_t m = n - i < 1024 ? n - i : 1024;
+    if (store) memset((float*)dst + i, 0, m * sizeof(float));
+    if (direct) {
+      dec((float*)dst + i, payload + 2 * i, m);
+      continue;
+    }
     memset(tmp, 0, m * sizeof *tmp);
     dec(tmp, payload + 2 * i, m);
     block_accumulate(dst, h->dtype, i, tmp, m, exc, nexc, &cursor);
@@ -204,16 +216,30 @@ static gcclResult_t half_decode_accumulate(const struct frame_header* h, const u
   return gcclSuccess;
 }
 
+static gcclResult_t half_decode_accumulate(const struct frame_header* h, const unsigned char* payload,
+                                           const uint64_t* exc, size_t nexc, void* dst) {
+  return half_decode(h, payload, exc, nexc, dst, 0);
+}
+
+static gcclResult_t half_decode_store_f32(const struct frame_header* h, const unsigned char* payload,
+                                          const uint64_t* exc, size_t nexc, float* dst) {
+  return half_decode(h, payload, exc, nexc, dst, 1);
+}
+
 const struct codec_ops codec_fp16_ops = {
     .payload_bound = half_payload_bound,
     .encode = half_encode,
+    .fills_input = 1,
     .validate = half_validate,
     .decode_accumulate = half_decode_accumulate,
+    .decode_store_f32 = half_decode_store_f32,
 };
 
 const struct codec_ops codec_bf16_ops = {
     .payload_bound = half_payload_bound,
     .encode = half_encode,
+    .fills_input = 1,
     .validate = half_validate,
     .decode_accumulate = half_decode_accumulate,
+    .decode_store_f32 = half_decode_store_f32,
 };

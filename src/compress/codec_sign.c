@@ -49,7 +49,7 @@
 gcclResult_t sign_encode_path(struct encode_ctx* ctx, const float* x, float* resid, size_t n, unsigned char* payload,
                               size_t* payload_bytes, struct frame_header* h, int simd);
 gcclResult_t sign_decode_path(const struct frame_header* h, const unsigned char* payload, const uint64_t* exc,
-                              size_t nexc, void* dst, int simd);
+                              size_t nexc, void* dst, int simd, int store);
 
 static int have_avx2(void) {
   return __builtin_cpu_supports("avx2");
@@ -158,20 +158,38 @@ __attribute__((target("avx2"))) static void sign_expand_avx2(const unsigned char
   if (j < m) sign_expand_scalar(codes + j / 8, m - j, scale, out + j);
 }
 
-/* dst[j] += out[j] for fp32 dst without a stack round trip (same float adds as
- * block_accumulate). */
-__attribute__((target("avx2"))) static void sign_expand_add_f32_avx2(const unsigned char* codes, size_t m, float scale,
-                                                                     float* dst) {
+/* dst[j] += dec[j] (add = 1, the same float adds as block_accumulate) or
+ * dst[j] = 0.0f + dec[j] (add = 0, decode_store_f32) for fp32 dst, without a stack
+ * round trip. Stores stream past the cache when dst is 32-byte aligned: a stored
+ * output is not read again soon, and a streamed line is not read in first. */
+__attribute__((target("avx2"), always_inline)) static inline void sign_expand_f32_avx2_body(const unsigned char* codes,
+                                                                                            size_t m, float scale,
+                                                                                            float* dst, int add) {
   const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-  const __m256 sc = _mm256_set1_ps(scale);
+  const __m256 sc = _mm256_set1_ps(scale), zero = _mm256_setzero_ps();
+  int stream = !add && ((uintptr_t)dst & 31) == 0;
   size_t j = 0;
   for (; j + 8 <= m; j += 8) {
     __m256i b = _mm256_and_si256(_mm256_set1_epi32(codes[j / 8]), sel);
     __m256i flip = _mm256_slli_epi32(_mm256_cmpeq_epi32(b, sel), 31);
     __m256 d = _mm256_xor_ps(sc, _mm256_castsi256_ps(flip));
-    _mm256_storeu_ps(dst + j, _mm256_add_ps(_mm256_loadu_ps(dst + j), d));
+    d = _mm256_add_ps(add ? _mm256_loadu_ps(dst + j) : zero, d);
+    if (stream)
+      _mm256_stream_ps(dst + j, d);
+    else
+      _mm256_storeu_ps(dst + j, d);
   }
-  for (; j < m; j++) dst[j] += ((codes[j / 8] >> (j % 8)) & 1) ? -scale : scale;
+  for (; j < m; j++) dst[j] = (add ? dst[j] : 0.0f) + (((codes[j / 8] >> (j % 8)) & 1) ? -scale : scale);
+}
+
+__attribute__((target("avx2"))) static void sign_expand_add_f32_avx2(const unsigned char* codes, size_t m, float scale,
+                                                                     float* dst) {
+  sign_expand_f32_avx2_body(codes, m, scale, dst, 1);
+}
+
+__attribute__((target("avx2"))) static void sign_expand_store_f32_avx2(const unsigned char* codes, size_t m,
+                                                                       float scale, float* dst) {
+  sign_expand_f32_avx2_body(codes, m, scale, dst, 0);
 }
 
 /* ---- encode ---------------------------------------------------------------------- */
@@ -222,6 +240,7 @@ gcclResult_t sign_encode_path(struct encode_ctx* ctx, const float* x, float* res
   uint32_t crc = 0;
   for (size_t base = 0; base < n; base += bucket) {
     size_t m = n - base < bucket ? n - base : bucket;
+    encode_fill(ctx, base, m);
     GCCL_CHECK(sign_encode_bucket(ctx, st, x + base, resid ? resid + base : NULL, m, base, out, simd));
     out += 4 + (m + 7) / 8;
     if ((size_t)(out - crc_from) >= SIGN_CRC_SPAN) {
@@ -273,7 +292,7 @@ static gcclResult_t sign_validate(const struct frame_header* h, const unsigned c
 }
 
 gcclResult_t sign_decode_path(const struct frame_header* h, const unsigned char* payload, const uint64_t* exc,
-                              size_t nexc, void* dst, int simd) {
+                              size_t nexc, void* dst, int simd, int store) {
   float v[SIGN_DECODE_CHUNK];
   size_t n = (size_t)h->count, bucket = h->bucket, cursor = 0;
   simd = simd && have_avx2();
@@ -289,23 +308,30 @@ gcclResult_t sign_decode_path(const struct frame_header* h, const unsigned char*
        * stack buffer + block_accumulate when dst is in cache. */
       int clean = cursor >= nexc || exc[cursor] >= at + c;
       if (simd && clean && h->dtype == gcclFloat32) {
-        sign_expand_add_f32_avx2(codes + j / 8, c, scale, (float*)dst + at);
+        (store ? sign_expand_store_f32_avx2 : sign_expand_add_f32_avx2)(codes + j / 8, c, scale, (float*)dst + at);
         continue;
       }
       if (simd)
         sign_expand_avx2(codes + j / 8, c, scale, v);
       else
         sign_expand_scalar(codes + j / 8, c, scale, v);
+      if (store) memset((float*)dst + at, 0, c * sizeof(float)); /* in L1 for the add that follows */
       block_accumulate(dst, h->dtype, at, v, c, exc, nexc, &cursor);
     }
     p += 4 + (m + 7) / 8;
   }
+  if (store && simd) _mm_sfence(); /* streamed stores are ordered before what follows */
   return gcclSuccess;
 }
 
 static gcclResult_t sign_decode_accumulate(const struct frame_header* h, const unsigned char* payload,
                                            const uint64_t* exc, size_t nexc, void* dst) {
-  return sign_decode_path(h, payload, exc, nexc, dst, 1);
+  return sign_decode_path(h, payload, exc, nexc, dst, 1, 0);
+}
+
+static gcclResult_t sign_decode_store_f32(const struct frame_header* h, const unsigned char* payload,
+                                          const uint64_t* exc, size_t nexc, float* dst) {
+  return sign_decode_path(h, payload, exc, nexc, dst, 1, 1);
 }
 
 const struct codec_ops codec_sign_ops = {
@@ -313,6 +339,8 @@ const struct codec_ops codec_sign_ops = {
     .state_create = bucket_state_create,
     .state_destroy = bucket_state_destroy,
     .encode = sign_encode,
+    .fills_input = 1,
     .validate = sign_validate,
     .decode_accumulate = sign_decode_accumulate,
+    .decode_store_f32 = sign_decode_store_f32,
 };

@@ -335,43 +335,60 @@ __attribute__((target("avx2"))) static inline __m256i uq_unpack8(const unsigned 
   return _mm256_and_si256(_mm256_srlv_epi32(w, u->shift), u->mask);
 }
 
-/* out[j] = dec[j] (add = 0) or out[j] += dec[j] (add = 1) for the c codes at codes. */
-__attribute__((target("avx2"), always_inline)) static inline void uq_expand_avx2_body(const unsigned char* codes,
-                                                                                      const unsigned char* end,
-                                                                                      size_t c, unsigned bits,
-                                                                                      const struct uq_bucket* p,
-                                                                                      float* out, int add) {
+/* What an expand does with the decoded values. */
+enum uq_expand_mode {
+  UQ_SET,   /* out[j] = dec[j], out a stack buffer */
+  UQ_ADD,   /* out[j] += dec[j], the same float adds as block_accumulate */
+  UQ_STORE, /* out[j] = 0.0f + dec[j] (decode_store_f32), streamed past the cache when
+               out is 32-byte aligned: a stored output is not read again soon */
+};
+
+/* The c codes at codes into out, as mode says. */
+__attribute__((target("avx2"), always_inline)) static inline void uq_expand_avx2_body(
+    const unsigned char* codes, const unsigned char* end, size_t c, unsigned bits, const struct uq_bucket* p,
+    float* out, enum uq_expand_mode mode) {
   struct uq_unpack u;
   uq_unpack_make(bits, &u);
   const __m256 mn = _mm256_set1_ps(p->mn), step = _mm256_set1_ps(p->step);
+  int stream = mode == UQ_STORE && ((uintptr_t)out & 31) == 0;
   size_t j = 0;
   for (; j + 8 <= c; j += 8) {
     __m256i q = uq_unpack8(codes + j / 8 * bits, end, bits, &u);
     __m256 d = _mm256_add_ps(mn, _mm256_mul_ps(_mm256_cvtepi32_ps(q), step));
-    if (add) d = _mm256_add_ps(_mm256_loadu_ps(out + j), d);
-    _mm256_storeu_ps(out + j, d);
+    if (mode == UQ_ADD) d = _mm256_add_ps(_mm256_loadu_ps(out + j), d);
+    if (mode == UQ_STORE) d = _mm256_add_ps(_mm256_setzero_ps(), d);
+    if (stream)
+      _mm256_stream_ps(out + j, d);
+    else
+      _mm256_storeu_ps(out + j, d);
   }
   for (; j < c; j++) {
     float d = uq_dequant(uq_get_code(codes, j, bits), p);
-    if (add)
+    if (mode == UQ_ADD)
       out[j] += d;
     else
-      out[j] = d;
+      out[j] = mode == UQ_STORE ? 0.0f + d : d;
   }
 }
 
 __attribute__((target("avx2"))) static void uq_expand_avx2(const unsigned char* codes, const unsigned char* end,
                                                            size_t c, unsigned bits, const struct uq_bucket* p,
                                                            float* out) {
-  uq_expand_avx2_body(codes, end, c, bits, p, out, 0);
+  uq_expand_avx2_body(codes, end, c, bits, p, out, UQ_SET);
 }
 
-/* dst[j] += dec[j] for fp32 dst without a stack round trip (the same float adds
- * as block_accumulate). */
+/* dst[j] += dec[j] for fp32 dst without a stack round trip. */
 __attribute__((target("avx2"))) static void uq_expand_add_f32_avx2(const unsigned char* codes, const unsigned char* end,
                                                                    size_t c, unsigned bits, const struct uq_bucket* p,
                                                                    float* dst) {
-  uq_expand_avx2_body(codes, end, c, bits, p, dst, 1);
+  uq_expand_avx2_body(codes, end, c, bits, p, dst, UQ_ADD);
+}
+
+/* dst[j] = 0.0f + dec[j] for fp32 dst. */
+__attribute__((target("avx2"))) static void uq_expand_store_f32_avx2(const unsigned char* codes,
+                                                                     const unsigned char* end, size_t c, unsigned bits,
+                                                                     const struct uq_bucket* p, float* dst) {
+  uq_expand_avx2_body(codes, end, c, bits, p, dst, UQ_STORE);
 }
 
 #endif /* UQ_HAVE_X86 */
@@ -449,6 +466,7 @@ static gcclResult_t uq_encode(struct encode_ctx* ctx, const float* x, float* res
   uint32_t crc = 0;
   for (size_t base = 0; base < n; base += bucket) {
     size_t m = n - base < bucket ? n - base : bucket;
+    encode_fill(ctx, base, m);
     GCCL_CHECK(uq_encode_bucket(ctx, st, x + base, resid ? resid + base : NULL, m, base, out, end, simd));
     out += 8 + (m * bits + 7) / 8;
     if ((size_t)(out - crc_from) >= UQ_CRC_SPAN) {
@@ -497,8 +515,9 @@ static gcclResult_t uq_validate(const struct frame_header* h, const unsigned cha
   return gcclSuccess;
 }
 
-static gcclResult_t uq_decode_accumulate(const struct frame_header* h, const unsigned char* payload,
-                                         const uint64_t* exc, size_t nexc, void* dst) {
+/* decode_accumulate (store = 0) and decode_store_f32 (store = 1). */
+static gcclResult_t uq_decode(const struct frame_header* h, const unsigned char* payload, const uint64_t* exc,
+                              size_t nexc, void* dst, int store) {
   float v[UQ_DECODE_CHUNK];
   size_t n = (size_t)h->count, bucket = h->bucket, cursor = 0;
   unsigned bits = h->bits;
@@ -518,7 +537,7 @@ static gcclResult_t uq_decode_accumulate(const struct frame_header* h, const uns
       if (simd) {
         int clean = cursor >= nexc || exc[cursor] >= at + c;
         if (clean && h->dtype == gcclFloat32) {
-          uq_expand_add_f32_avx2(cc, end, c, bits, &q, (float*)dst + at);
+          (store ? uq_expand_store_f32_avx2 : uq_expand_add_f32_avx2)(cc, end, c, bits, &q, (float*)dst + at);
           continue;
         }
         uq_expand_avx2(cc, end, c, bits, &q, v);
@@ -530,11 +549,25 @@ static gcclResult_t uq_decode_accumulate(const struct frame_header* h, const uns
       (void)end;
       uq_expand_scalar(cc, c, bits, &q, v);
 #endif
+      if (store) memset((float*)dst + at, 0, c * sizeof(float)); /* in L1 for the add that follows */
       block_accumulate(dst, h->dtype, at, v, c, exc, nexc, &cursor);
     }
     p += 8 + (m * bits + 7) / 8;
   }
+#ifdef UQ_HAVE_X86
+  if (store && simd) _mm_sfence(); /* streamed stores are ordered before what follows */
+#endif
   return gcclSuccess;
+}
+
+static gcclResult_t uq_decode_accumulate(const struct frame_header* h, const unsigned char* payload,
+                                         const uint64_t* exc, size_t nexc, void* dst) {
+  return uq_decode(h, payload, exc, nexc, dst, 0);
+}
+
+static gcclResult_t uq_decode_store_f32(const struct frame_header* h, const unsigned char* payload, const uint64_t* exc,
+                                        size_t nexc, float* dst) {
+  return uq_decode(h, payload, exc, nexc, dst, 1);
 }
 
 const struct codec_ops codec_uniform_ops = {
@@ -542,6 +575,8 @@ const struct codec_ops codec_uniform_ops = {
     .state_create = bucket_state_create,
     .state_destroy = bucket_state_destroy,
     .encode = uq_encode,
+    .fills_input = 1,
     .validate = uq_validate,
     .decode_accumulate = uq_decode_accumulate,
+    .decode_store_f32 = uq_decode_store_f32,
 };

@@ -107,8 +107,7 @@ static gcclResult_t seal_frame(struct gcclCompressor* c, void* frame, size_t cap
 }
 
 /* The random keys of one encode: per call, rank, part and stage. */
-static void encode_keys(const struct gcclCompressor* c, size_t first, uint32_t stage, uint64_t* key,
-                        uint64_t* shared) {
+static void encode_keys(const struct gcclCompressor* c, size_t first, uint32_t stage, uint64_t* key, uint64_t* shared) {
   *key = rng_key(c->spec.seed, c->calls, c->rank);
   *shared = rng_key(c->spec.seed, c->calls, RNG_SHARED);
   if (first != 0) *key = rng_mix64(*key ^ first), *shared = rng_mix64(*shared ^ first);
@@ -202,10 +201,15 @@ gcclResult_t compressor_encode_f32(struct gcclCompressor* c, const void* src, gc
    * residual to stage. EF_ADD builds it in the staging area itself. */
   const float* x = src;
   float* resid = NULL;
+  struct encode_ctx ctx = {.spec = &c->spec, .exc = &c->exc, .state = c->state};
   if (mode == EF_ADD) {
     float* w = c->work + first;
     const float* old = c->residual + first;
-    if (src_dt == gcclFloat32) { /* one pass: this runs on every element a collective sends */
+    if (src_dt == gcclFloat32 && c->ops->fills_input) { /* built bucket by bucket, in cache */
+      ctx.fill_dst = w;
+      ctx.fill_a = src;
+      ctx.fill_b = old;
+    } else if (src_dt == gcclFloat32) { /* one pass: this runs on every element a collective sends */
       const float* s = src;
       for (size_t i = 0; i < n; i++) w[i] = s[i] + old[i];
     } else {
@@ -226,7 +230,6 @@ gcclResult_t compressor_encode_f32(struct gcclCompressor* c, const void* src, gc
     GCCL_CHECK(frame_header_write(frame, cap, &h));
     return frame_total_bytes(&h, frame_bytes);
   }
-  struct encode_ctx ctx = {.spec = &c->spec, .exc = &c->exc, .state = c->state};
   encode_keys(c, first, stage, &ctx.key, &ctx.shared_key);
   c->exc.n = 0;
   size_t pb = 0;
@@ -255,9 +258,20 @@ gcclResult_t compressor_encode_f32(struct gcclCompressor* c, const void* src, gc
   return frame_total_bytes(&h, frame_bytes);
 }
 
-gcclResult_t compressor_accumulate_exact(struct gcclCompressor* c, const void* src, gcclDataType_t src_dt,
-                                         size_t first, size_t n, float* acc) {
+gcclResult_t compressor_accumulate_exact(struct gcclCompressor* c, const void* src, gcclDataType_t src_dt, size_t first,
+                                         size_t n, float* acc) {
   GCCL_CHECK(check_range(c, first, n));
+  if (src_dt == gcclFloat32 && c->spec.ef) { /* one pass, the same adds as the general case */
+    const float* s = src;
+    const float* old = c->residual + first;
+    float* staged = c->work + first;
+    for (size_t i = 0; i < n; i++) {
+      acc[i] = (acc[i] + s[i]) + old[i];
+      staged[i] = 0.0f;
+    }
+    c->staged += n;
+    return gcclSuccess;
+  }
   if (src_dt == gcclFloat32) {
     const float* s = src;
     for (size_t i = 0; i < n; i++) acc[i] += s[i];

@@ -61,6 +61,27 @@ gcclResult_t frame_check(const void* frame, size_t frame_bytes, size_t count, gc
   return gcclSuccess;
 }
 
+/* Decodes a checked frame into dst: adds it (store = 0), or writes 0.0f + the
+ * decoded values into an fp32 dst (store = 1, the codec has decode_store_f32). */
+static gcclResult_t decode_checked(const struct frame_header* h, const unsigned char* payload, void* dst,
+                                   gcclDataType_t dt, int store) {
+  size_t nexc = (size_t)h->exceptions, entry = frame_exception_bytes(dt);
+  const unsigned char* e = payload + h->payload_bytes;
+  uint64_t* exc = NULL;
+  if (nexc > 0) {
+    exc = malloc(nexc * sizeof *exc); /* rare: only inputs with non-finite values */
+    if (exc == NULL) return err_set(gcclSystemError, "out of memory decoding %zu exceptions", nexc);
+    for (size_t j = 0; j < nexc; j++) exc[j] = get_u64le(e + j * entry);
+  }
+  const struct codec_ops* ops = codec_ops_for(h->codec);
+  gcclResult_t res =
+      store ? ops->decode_store_f32(h, payload, exc, nexc, dst) : ops->decode_accumulate(h, payload, exc, nexc, dst);
+  if (res == gcclSuccess)
+    for (size_t j = 0; j < nexc; j++) add_raw(dst, dt, (size_t)exc[j], e + j * entry + 8);
+  free(exc);
+  return res;
+}
+
 gcclResult_t frame_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count,
                                      gcclDataType_t dt) {
   struct frame_header h;
@@ -70,26 +91,24 @@ gcclResult_t frame_decode_accumulate(const void* frame, size_t frame_bytes, void
     raw_accumulate(dst, payload, count, dt);
     return gcclSuccess;
   }
-  size_t nexc = (size_t)h.exceptions, entry = frame_exception_bytes(dt);
-  const unsigned char* e = payload + h.payload_bytes;
-  uint64_t* exc = NULL;
-  if (nexc > 0) {
-    exc = malloc(nexc * sizeof *exc); /* rare: only inputs with non-finite values */
-    if (exc == NULL) return err_set(gcclSystemError, "out of memory decoding %zu exceptions", nexc);
-    for (size_t j = 0; j < nexc; j++) exc[j] = get_u64le(e + j * entry);
-  }
-  gcclResult_t res = codec_ops_for(h.codec)->decode_accumulate(&h, payload, exc, nexc, dst);
-  if (res == gcclSuccess)
-    for (size_t j = 0; j < nexc; j++) add_raw(dst, dt, (size_t)exc[j], e + j * entry + 8);
-  free(exc);
-  return res;
+  return decode_checked(&h, payload, dst, dt, 0);
 }
 
 gcclResult_t frame_decode_f32_to(const void* frame, size_t frame_bytes, void* out, gcclDataType_t dt, size_t n,
                                  float* stage) {
   float* dst = dt == gcclFloat32 ? out : stage;
-  memset(dst, 0, n * sizeof(float));
-  GCCL_CHECK(frame_decode_accumulate(frame, frame_bytes, dst, n, gcclFloat32));
+  struct frame_header h;
+  GCCL_CHECK(frame_check(frame, frame_bytes, n, gcclFloat32, &h));
+  const unsigned char* payload = (const unsigned char*)frame + FRAME_HEADER_BYTES;
+  if (!(h.flags & FRAME_FLAG_RAW) && codec_ops_for(h.codec)->decode_store_f32) {
+    GCCL_CHECK(decode_checked(&h, payload, dst, gcclFloat32, 1));
+  } else {
+    memset(dst, 0, n * sizeof(float));
+    if (h.flags & FRAME_FLAG_RAW)
+      raw_accumulate(dst, payload, n, gcclFloat32);
+    else
+      GCCL_CHECK(decode_checked(&h, payload, dst, gcclFloat32, 0));
+  }
   if (dt != gcclFloat32) f32_store(out, dt, stage, n);
   return gcclSuccess;
 }

@@ -22,7 +22,7 @@ extern "C" {
 gcclResult_t sign_encode_path(struct encode_ctx* ctx, const float* x, float* resid, size_t n, unsigned char* payload,
                               size_t* payload_bytes, struct frame_header* h, int simd);
 gcclResult_t sign_decode_path(const struct frame_header* h, const unsigned char* payload, const uint64_t* exc,
-                              size_t nexc, void* dst, int simd);
+                              size_t nexc, void* dst, int simd, int store);
 }
 
 namespace {
@@ -204,7 +204,7 @@ TEST(SignCodec, ScaleIsMeanAbsAndDecodedIsSignedScale) {
     EXPECT_EQ(e.payload[9], 0x02u);  // -0.0 is negative; NaN codes 0
     EXPECT_EQ(e.exc, std::vector<uint64_t>{6});
     std::vector<float> dst(8, 0.0f);
-    ASSERT_EQ(sign_decode_path(&e.h, e.payload.data(), e.exc.data(), e.exc.size(), dst.data(), simd), gcclSuccess);
+    ASSERT_EQ(sign_decode_path(&e.h, e.payload.data(), e.exc.data(), e.exc.size(), dst.data(), simd, 0), gcclSuccess);
     std::vector<float> want = {2.5f, -2.5f, 2.5f, -2.5f, 2.0f / 3, -2.0f / 3, 0.0f, 2.0f / 3};
     EXPECT_EQ(dst, want);
     EXPECT_EQ(e.resid[0], 1 - 2.5f);
@@ -379,7 +379,7 @@ void CheckDecode(const std::vector<float>& x, uint32_t bucket, const std::string
     for (int simd : Paths()) {
       SCOPED_TRACE(what + " dtype " + std::to_string(dt) + " simd " + std::to_string(simd));
       Dst got(dt, x.size(), 77);
-      ASSERT_EQ(sign_decode_path(&e.h, e.payload.data(), e.exc.data(), e.exc.size(), got.bytes.data(), simd),
+      ASSERT_EQ(sign_decode_path(&e.h, e.payload.data(), e.exc.data(), e.exc.size(), got.bytes.data(), simd, 0),
                 gcclSuccess);
       ExpectSameDst(got, want, r.exc);
     }

@@ -1,0 +1,138 @@
+// test_collective_paths.cc — the codec entry points the compressed collectives use
+// (compress/compressor.h), against the public codec API, for every codec:
+//  - compressor_encode_f32 with EF_ADD gives gcclEncode's frame and residual, bit for
+//    bit, also for codecs that build input + residual bucket by bucket (fills_input);
+//  - frame_decode_f32_to writes what clearing the output and accumulating the frame
+//    gives, bit for bit (-0.0 included), also through decode_store_f32 and at
+//    addresses that are not 32-byte aligned, and writes nothing outside its range.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codec_cases.h"
+
+extern "C" {
+#include "common/dtype.h"
+#include "compress/compressor.h"
+}
+
+namespace {
+
+using codec_cases::AllCases;
+using codec_cases::CodecCase;
+using codec_cases::Unavailable;
+
+const size_t kCounts[] = {0, 1, 7, 8, 9, 513, 1031, 5003};
+
+// N(0, 1) values with zeros of both signs sprinkled in, a whole 512-element stretch
+// of -0.0 (a bucket of sign decodes to -0.0 there), and with `specials` a NaN and
+// an inf (exceptions for most codecs).
+std::vector<float> Input(size_t n, uint32_t seed, bool specials) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; i++) x[i] = i % 97 == 5 ? -0.0f : i % 89 == 7 ? 0.0f : normal(rng);
+  for (size_t i = 1024; i < 1536 && i < n; i++) x[i] = -0.0f;
+  if (specials && n > 3) {
+    x[3] = NAN;
+    x[n / 2] = INFINITY;
+  }
+  return x;
+}
+
+std::vector<unsigned char> EncodeWithApi(gcclCompressor_t c, const std::vector<float>& x) {
+  size_t bound = 0, bytes = 0;
+  EXPECT_EQ(gcclEncodeBound(c, &bound), gcclSuccess);
+  std::vector<unsigned char> frame(bound);
+  EXPECT_EQ(gcclEncode(c, x.data(), frame.data(), frame.size(), &bytes), gcclSuccess) << gcclGetLastError(nullptr);
+  frame.resize(bytes);
+  return frame;
+}
+
+std::vector<float> Residual(gcclCompressor_t c, size_t n) {
+  std::vector<float> r(n + 1);
+  EXPECT_EQ(gcclCompressorGetResidual(c, r.data()), gcclSuccess) << gcclGetLastError(nullptr);
+  r.resize(n);
+  return r;
+}
+
+class CollectivePath : public ::testing::TestWithParam<CodecCase> {
+ protected:
+  void SetUp() override {
+    std::string why = Unavailable(GetParam().spec);
+    if (!why.empty()) GTEST_SKIP() << why;
+  }
+};
+
+TEST_P(CollectivePath, EncodeF32WithErrorFeedbackEqualsGcclEncode) {
+  const std::string spec = GetParam().spec;
+  for (size_t n : kCounts) {
+    for (bool specials : {false, true}) {
+      SCOPED_TRACE(spec + " n " + std::to_string(n) + (specials ? " with nan/inf" : ""));
+      gcclCompressor_t api = nullptr, coll = nullptr;
+      ASSERT_EQ(gcclCompressorCreate(&api, spec.c_str(), n, gcclFloat32), gcclSuccess);
+      ASSERT_EQ(gcclCompressorCreate(&coll, spec.c_str(), n, gcclFloat32), gcclSuccess);
+      for (uint32_t call = 0; call < 3; call++) {  // later calls carry a residual
+        std::vector<float> x = Input(n, 100 * call + (uint32_t)n, specials);
+        std::vector<unsigned char> want = EncodeWithApi(api, x);
+        std::vector<unsigned char> got(compressor_bound_f32(coll, n));
+        size_t bytes = 0;
+        ASSERT_EQ(compressor_encode_f32(coll, x.data(), gcclFloat32, 0, n, EF_ADD, 0, got.data(), got.size(), &bytes),
+                  gcclSuccess)
+            << gcclGetLastError(nullptr);
+        ASSERT_EQ(compressor_commit(coll), gcclSuccess);
+        got.resize(bytes);
+        EXPECT_EQ(got, want) << "call " << call;
+        std::vector<float> ra = Residual(api, n), rc = Residual(coll, n);
+        EXPECT_EQ(std::memcmp(ra.data(), rc.data(), n * sizeof(float)), 0) << "residual after call " << call;
+      }
+      gcclCompressorDestroy(api);
+      gcclCompressorDestroy(coll);
+    }
+  }
+}
+
+TEST_P(CollectivePath, DecodeToEqualsClearThenAccumulateBitForBit) {
+  // without error feedback, so that -0.0 inputs reach the codec (x + 0.0 is +0.0)
+  const std::string spec = codec_cases::WithEf(GetParam().spec, 0);
+  const uint32_t guard = 0xA5A5A5A5u;
+  for (size_t n : kCounts) {
+    for (bool specials : {false, true}) {
+      SCOPED_TRACE(spec + " n " + std::to_string(n) + (specials ? " with nan/inf" : ""));
+      gcclCompressor_t c = nullptr;
+      ASSERT_EQ(gcclCompressorCreate(&c, spec.c_str(), n, gcclFloat32), gcclSuccess);
+      std::vector<unsigned char> frame = EncodeWithApi(c, Input(n, 7 + (uint32_t)n, specials));
+      gcclCompressorDestroy(c);
+      std::vector<float> want(n, 0.0f);
+      ASSERT_EQ(frame_decode_accumulate(frame.data(), frame.size(), want.data(), n, gcclFloat32), gcclSuccess);
+
+      // fp32 output, at aligned and unaligned addresses, over a buffer of guard bits
+      for (size_t at : {0, 1, 3}) {
+        std::vector<uint32_t> buf(n + 16, guard);
+        float* out = reinterpret_cast<float*>(buf.data() + 8 + at);
+        ASSERT_EQ(frame_decode_f32_to(frame.data(), frame.size(), out, gcclFloat32, n, nullptr), gcclSuccess)
+            << gcclGetLastError(nullptr);
+        EXPECT_EQ(std::memcmp(out, want.data(), n * sizeof(float)), 0) << "offset " << at;
+        for (size_t i = 0; i < 8 + at; i++) EXPECT_EQ(buf[i], guard) << "written before the output, at " << i;
+        for (size_t i = 8 + at + n; i < buf.size(); i++) EXPECT_EQ(buf[i], guard) << "written after the output";
+      }
+      // other output dtypes: decoded in fp32, rounded once
+      for (gcclDataType_t dt : {gcclFloat64, gcclFloat16, gcclBfloat16}) {
+        size_t es = dtype_size(dt);
+        std::vector<unsigned char> expect(n * es + 1), got(n * es + 1, 0xA5);
+        f32_store(expect.data(), dt, want.data(), n);
+        std::vector<float> stage(n + 1);
+        ASSERT_EQ(frame_decode_f32_to(frame.data(), frame.size(), got.data(), dt, n, stage.data()), gcclSuccess);
+        EXPECT_EQ(std::memcmp(got.data(), expect.data(), n * es), 0) << "dtype " << dt;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCodecs, CollectivePath, ::testing::ValuesIn(AllCases()),
+                         [](const auto& info) { return codec_cases::CaseName(info.param.spec); });
+
+}  // namespace
