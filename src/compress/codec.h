@@ -31,6 +31,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "compress/frame.h"
 #include "compress/spec.h"
@@ -60,9 +61,10 @@ struct encode_ctx {
   int payload_crc_valid;
   uint32_t payload_crc;
   /* Deferred input, for codecs with ops->fills_input: when fill_dst is set, x is
-   * fill_dst and x[i] = fill_a[i] + fill_b[i] (input + residual) is built by
-   * encode_fill just before the codec first reads x[i], so each bucket is still in
-   * cache when the codec reads it and writes the residual over it. */
+   * fill_dst and x[i] = fill_a[i] + fill_b[i] (input + residual), or fill_a[i]
+   * when fill_b is NULL (a copy), is built by encode_fill just before the codec
+   * first reads x[i], so each bucket is still in cache when the codec reads it
+   * and writes the residual over it. */
   float* fill_dst;
   const float* fill_a;
   const float* fill_b;
@@ -72,7 +74,12 @@ struct encode_ctx {
 static inline void encode_fill(const struct encode_ctx* ctx, size_t base, size_t m) {
   if (!ctx->fill_dst) return;
   float* x = ctx->fill_dst + base;
-  const float *a = ctx->fill_a + base, *b = ctx->fill_b + base;
+  const float* a = ctx->fill_a + base;
+  if (ctx->fill_b == NULL) {
+    memcpy(x, a, m * sizeof(float));
+    return;
+  }
+  const float* b = ctx->fill_b + base;
   for (size_t i = 0; i < m; i++) x[i] = a[i] + b[i];
 }
 

@@ -220,7 +220,12 @@ gcclResult_t compressor_encode_f32(struct gcclCompressor* c, const void* src, gc
   } else if (mode == EF_RESTAGE || src_dt != gcclFloat32 || c->spec.codec == CODEC_NONE) {
     GCCL_CHECK(ensure_tmp(c));
     float* t = c->tmp + first;
-    f32_load(t, src, src_dt, n);
+    if (src_dt == gcclFloat32 && c->ops->fills_input) { /* an owner's sum: copied bucket by bucket */
+      ctx.fill_dst = t;
+      ctx.fill_a = src;
+    } else {
+      f32_load(t, src, src_dt, n);
+    }
     x = t;
     if (mode == EF_RESTAGE) resid = t;
   }

@@ -1,7 +1,8 @@
 // test_collective_paths.cc — the codec entry points the compressed collectives use
 // (compress/compressor.h), against the public codec API, for every codec:
 //  - compressor_encode_f32 with EF_ADD gives gcclEncode's frame and residual, bit for
-//    bit, also for codecs that build input + residual bucket by bucket (fills_input);
+//    bit, also for codecs that build input + residual bucket by bucket (fills_input),
+//    and an owner's EF_RESTAGE of an fp32 sum equals that of the same values in fp64;
 //  - frame_decode_f32_to writes what clearing the output and accumulating the frame
 //    gives, bit for bit (-0.0 included), also through decode_store_f32 and at
 //    addresses that are not 32-byte aligned, and writes nothing outside its range.
@@ -68,7 +69,7 @@ class CollectivePath : public ::testing::TestWithParam<CodecCase> {
 };
 
 TEST_P(CollectivePath, EncodeF32WithErrorFeedbackEqualsGcclEncode) {
-  const std::string spec = GetParam().spec;
+  const std::string spec = codec_cases::WithEf(GetParam().spec, 1);
   for (size_t n : kCounts) {
     for (bool specials : {false, true}) {
       SCOPED_TRACE(spec + " n " + std::to_string(n) + (specials ? " with nan/inf" : ""));
@@ -91,6 +92,45 @@ TEST_P(CollectivePath, EncodeF32WithErrorFeedbackEqualsGcclEncode) {
       }
       gcclCompressorDestroy(api);
       gcclCompressorDestroy(coll);
+    }
+  }
+}
+
+// An owner's re-encode of its fp32 sum (EF_RESTAGE; the copy built bucket by bucket
+// where the codec fills its input) against the same values given as fp64, which
+// take the eager conversion: the same frame and the same staged residual.
+TEST_P(CollectivePath, RestageOfAnFp32SumEqualsTheConvertedInput) {
+  const std::string spec = codec_cases::WithEf(GetParam().spec, 1);
+  for (size_t n : kCounts) {
+    for (bool specials : {false, true}) {
+      SCOPED_TRACE(spec + " n " + std::to_string(n) + (specials ? " with nan/inf" : ""));
+      gcclCompressor_t a = nullptr, b = nullptr;
+      ASSERT_EQ(gcclCompressorCreate(&a, spec.c_str(), n, gcclFloat32), gcclSuccess);
+      ASSERT_EQ(gcclCompressorCreate(&b, spec.c_str(), n, gcclFloat32), gcclSuccess);
+      std::vector<float> old = Input(n + 1, 3, false);  // a residual to add to
+      if (codec_cases::Parse(spec).ef) {
+        ASSERT_EQ(gcclCompressorSetResidual(a, old.data()), gcclSuccess) << gcclGetLastError(nullptr);
+        ASSERT_EQ(gcclCompressorSetResidual(b, old.data()), gcclSuccess);
+      }
+      std::vector<float> x = Input(n, 11 + (uint32_t)n, specials);
+      std::vector<double> x64(x.begin(), x.end());
+      std::vector<unsigned char> fa(compressor_bound_f32(a, n)), fb(compressor_bound_f32(b, n));
+      size_t la = 0, lb = 0;
+      ASSERT_EQ(compressor_stage_keep(a, 0, n), gcclSuccess);
+      ASSERT_EQ(compressor_stage_keep(b, 0, n), gcclSuccess);
+      ASSERT_EQ(compressor_encode_f32(a, x.data(), gcclFloat32, 0, n, EF_RESTAGE, 1, fa.data(), fa.size(), &la),
+                gcclSuccess);
+      ASSERT_EQ(compressor_encode_f32(b, x64.data(), gcclFloat64, 0, n, EF_RESTAGE, 1, fb.data(), fb.size(), &lb),
+                gcclSuccess);
+      ASSERT_EQ(compressor_commit(a), gcclSuccess);
+      ASSERT_EQ(compressor_commit(b), gcclSuccess);
+      fa.resize(la);
+      fb.resize(lb);
+      EXPECT_EQ(fa, fb);
+      std::vector<float> ra = Residual(a, n), rb = Residual(b, n);
+      EXPECT_EQ(std::memcmp(ra.data(), rb.data(), n * sizeof(float)), 0);
+      gcclCompressorDestroy(a);
+      gcclCompressorDestroy(b);
     }
   }
 }
