@@ -3,7 +3,7 @@
 # Open MPI's ring MPI_Allreduce, in one run.
 #
 #   bench/netns-testbed.sh [-n N] [-r RATE] [-s SIZE] [-b BUILD] [-o OUTDIR] [-i ITERS] [-c CODECS]
-#                          [-a ALG] [-l LINKS] [-x "MPIRUN ARGS"] [-t SECONDS] [-q]
+#                          [-a ALG] [-l LINKS] [-x "MPIRUN ARGS"] [-t SECONDS] [-d] [-q]
 #
 # Builds N network namespaces (default 4), each a "host" with one interface (gtb0)
 # on a private /24 it picks unused on this machine, joined by veth pairs to a
@@ -23,6 +23,8 @@
 # counters: headers included) and how much of the link that used, the ranks'
 # CPU time per call, and each codec's bar from issue 5.
 #
+#   -d      no dense rows of gccl's own (only Open MPI's ring and the codecs): about
+#           half the run, for A/B comparisons of codec work (vs_dense then empty)
 #   -q      smoke test: 2 namespaces, 1 MiB, fp16 only (< 1 minute;
 #           overrides -n, -s, -i and -c)
 #   -o DIR  keeps testbed.txt (gccl-bench's output), testbed.json (-J) and
@@ -48,13 +50,13 @@
 # what earlier runs left behind if their process is gone, and touches nothing else.
 set -euo pipefail
 
-N=4 RATE=1gbit SIZE=100M BUILD=build OUTDIR="" ITERS=1 QUICK=0 LINKS=1 EXTRA="" ALG=4 LIMIT=1800
+N=4 RATE=1gbit SIZE=100M BUILD=build OUTDIR="" ITERS=1 QUICK=0 LINKS=1 EXTRA="" ALG=4 LIMIT=1800 DENSE=--dense-best
 CODECS="fp16 uniform:bits=8 uniform:bits=4 sign topk:ratio=0.01 randk:ratio=0.01"
 usage() {
   sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0" >&2
   exit 2
 }
-while getopts "n:r:s:b:o:i:c:a:l:x:t:qh" opt; do
+while getopts "n:r:s:b:o:i:c:a:l:x:t:dqh" opt; do
   case $opt in
     n) N=$OPTARG ;;
     r) RATE=$OPTARG ;;
@@ -67,6 +69,7 @@ while getopts "n:r:s:b:o:i:c:a:l:x:t:qh" opt; do
     l) LINKS=$OPTARG ;;
     x) EXTRA=$OPTARG ;;
     t) LIMIT=$OPTARG ;;
+    d) DENSE="" ;;
     q) QUICK=1 ;;
     *) usage ;;
   esac
@@ -295,7 +298,7 @@ MPIRUN=(mpirun --hostfile "$TMP/hostfile" -np "$N" --bind-to none
 read -r -a extra_args <<<"$EXTRA"
 MPIRUN+=("${extra_args[@]}")
 ARGS=(--mpi allreduce -d float -o sum -b "$SIZE" -e "$SIZE" -n "$ITERS" -m -w 1 -z -c 1
-  --dense-best --codec "$CODECS" --net-if "$NS_IF" --net-gbps "$(awk -v b="$RATE_BPS" 'BEGIN { print b / 1e9 }')"
+  ${DENSE:+"$DENSE"} --codec "$CODECS" --net-if "$NS_IF" --net-gbps "$(awk -v b="$RATE_BPS" 'BEGIN { print b / 1e9 }')"
   -J "$OUTDIR/testbed.json")
 
 {

@@ -151,8 +151,14 @@ gcclResult_t compressor_encode_part(struct gcclCompressor* c, const void* src, s
   } else {
     int ef = c->spec.ef;
     float* x = c->work ? c->work + first : (float*)(uintptr_t)src; /* work exists unless dt is fp32 and ef off */
-    if (c->work) build_input(x, src, ef ? c->residual + first : NULL, n, c->dt);
     struct encode_ctx ctx = {.spec = &c->spec, .exc = &c->exc, .state = c->state};
+    if (c->work && ef && c->dt == gcclFloat32 && c->ops->fills_input) { /* built bucket by bucket, in cache */
+      ctx.fill_dst = x;
+      ctx.fill_a = src;
+      ctx.fill_b = c->residual + first;
+    } else if (c->work) {
+      build_input(x, src, ef ? c->residual + first : NULL, n, c->dt);
+    }
     encode_keys(c, first, 0, &ctx.key, &ctx.shared_key);
     c->exc.n = 0;
     size_t pb = 0;

@@ -1,8 +1,8 @@
 // test_collective_paths.cc — the codec entry points the compressed collectives use
 // (compress/compressor.h), against the public codec API, for every codec:
-//  - compressor_encode_f32 with EF_ADD gives gcclEncode's frame and residual, bit for
-//    bit, also for codecs that build input + residual bucket by bucket (fills_input),
-//    and an owner's EF_RESTAGE of an fp32 sum equals that of the same values in fp64;
+//  - where codecs build input + residual bucket by bucket (fills_input), the frames and
+//    residuals of compressor_encode_f32 (EF_ADD and an owner's EF_RESTAGE) and of
+//    gcclEncode equal, bit for bit, those of the eager conversion of the same values;
 //  - frame_decode_f32_to writes what clearing the output and accumulating the frame
 //    gives, bit for bit (-0.0 included), also through decode_store_f32 and at
 //    addresses that are not 32-byte aligned, and writes nothing outside its range.
@@ -68,30 +68,41 @@ class CollectivePath : public ::testing::TestWithParam<CodecCase> {
   }
 };
 
-TEST_P(CollectivePath, EncodeF32WithErrorFeedbackEqualsGcclEncode) {
+// The fp32 input with its residual built bucket by bucket where the codec fills its
+// input (compressor_encode_f32 and gcclEncode), against the same values given as
+// fp64, which take the eager conversion: the same frames and residuals.
+TEST_P(CollectivePath, EncodeF32WithErrorFeedbackEqualsTheConvertedInput) {
   const std::string spec = codec_cases::WithEf(GetParam().spec, 1);
   for (size_t n : kCounts) {
     for (bool specials : {false, true}) {
       SCOPED_TRACE(spec + " n " + std::to_string(n) + (specials ? " with nan/inf" : ""));
-      gcclCompressor_t api = nullptr, coll = nullptr;
+      gcclCompressor_t api = nullptr, coll = nullptr, eager = nullptr;
       ASSERT_EQ(gcclCompressorCreate(&api, spec.c_str(), n, gcclFloat32), gcclSuccess);
       ASSERT_EQ(gcclCompressorCreate(&coll, spec.c_str(), n, gcclFloat32), gcclSuccess);
+      ASSERT_EQ(gcclCompressorCreate(&eager, spec.c_str(), n, gcclFloat32), gcclSuccess);
       for (uint32_t call = 0; call < 3; call++) {  // later calls carry a residual
         std::vector<float> x = Input(n, 100 * call + (uint32_t)n, specials);
-        std::vector<unsigned char> want = EncodeWithApi(api, x);
-        std::vector<unsigned char> got(compressor_bound_f32(coll, n));
-        size_t bytes = 0;
-        ASSERT_EQ(compressor_encode_f32(coll, x.data(), gcclFloat32, 0, n, EF_ADD, 0, got.data(), got.size(), &bytes),
+        std::vector<double> x64(x.begin(), x.end());
+        std::vector<unsigned char> want(compressor_bound_f32(eager, n)), got(want.size());
+        size_t lw = 0, lg = 0;
+        ASSERT_EQ(compressor_encode_f32(eager, x64.data(), gcclFloat64, 0, n, EF_ADD, 0, want.data(), want.size(), &lw),
                   gcclSuccess)
             << gcclGetLastError(nullptr);
+        ASSERT_EQ(compressor_encode_f32(coll, x.data(), gcclFloat32, 0, n, EF_ADD, 0, got.data(), got.size(), &lg),
+                  gcclSuccess);
+        ASSERT_EQ(compressor_commit(eager), gcclSuccess);
         ASSERT_EQ(compressor_commit(coll), gcclSuccess);
-        got.resize(bytes);
+        want.resize(lw);
+        got.resize(lg);
         EXPECT_EQ(got, want) << "call " << call;
-        std::vector<float> ra = Residual(api, n), rc = Residual(coll, n);
-        EXPECT_EQ(std::memcmp(ra.data(), rc.data(), n * sizeof(float)), 0) << "residual after call " << call;
+        EXPECT_EQ(EncodeWithApi(api, x), want) << "gcclEncode, call " << call;
+        std::vector<float> re = Residual(eager, n), rc = Residual(coll, n), ra = Residual(api, n);
+        EXPECT_EQ(std::memcmp(re.data(), rc.data(), n * sizeof(float)), 0) << "residual after call " << call;
+        EXPECT_EQ(std::memcmp(re.data(), ra.data(), n * sizeof(float)), 0) << "gcclEncode's residual, call " << call;
       }
       gcclCompressorDestroy(api);
       gcclCompressorDestroy(coll);
+      gcclCompressorDestroy(eager);
     }
   }
 }
