@@ -157,7 +157,7 @@ TEST_P(CollectivePath, DecodeToEqualsClearThenAccumulateBitForBit) {
       ASSERT_EQ(gcclCompressorCreate(&c, spec.c_str(), n, gcclFloat32), gcclSuccess);
       std::vector<unsigned char> frame = EncodeWithApi(c, Input(n, 7 + (uint32_t)n, specials));
       gcclCompressorDestroy(c);
-      std::vector<float> want(n, 0.0f);
+      std::vector<float> want(n + 1, 0.0f);  // one more: data() is never null, as memcmp needs
       ASSERT_EQ(frame_decode_accumulate(frame.data(), frame.size(), want.data(), n, gcclFloat32), gcclSuccess);
 
       // fp32 output, at aligned and unaligned addresses, over a buffer of guard bits
