@@ -89,7 +89,11 @@ std::pair<uint64_t, uint64_t> Sent(const SimRanks& sim, int r) {
 }
 
 // Slack for the CPU time ranks spend between calls, charged to their clocks.
-constexpr double kCpuSlack = 30e-6;
+// Usually well under a microsecond, but on a loaded 2-core VM a thread's CPU
+// clock now and then gains 30-65 us between two calls (CI failed at 35 us), so
+// the slack is 150 us: still far below the 200 us latency and the 1 ms
+// transfer that the tests tell apart.
+constexpr double kCpuSlack = 150e-6;
 
 TEST(LinkModel, SmallMessageCostsTheLatency) {
   SimRanks sim(2, 1, 1000, 200);  // 200 us; 8 bytes at 1000 Gbit/s take no time to speak of
