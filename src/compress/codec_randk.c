@@ -31,6 +31,7 @@
  */
 #include <string.h>
 
+#include "common/dtype.h"
 #include "common/result.h"
 #include "compress/codec.h"
 #include "compress/codec_util.h"
@@ -133,7 +134,7 @@ static gcclResult_t randk_validate(const struct frame_header* h, const unsigned 
 static gcclResult_t randk_decode_accumulate(const struct frame_header* h, const unsigned char* payload,
                                             const uint64_t* exc, size_t nexc, void* dst) {
   enum spec_values vt = (enum spec_values)h->values;
-  size_t vs = values_size(vt), k = (size_t)h->k, cursor = 0;
+  size_t vs = values_size(vt), k = (size_t)h->k, cursor = 0, esize = dtype_size(h->dtype);
   struct strata s;
   strata_init(&s, h->rng_key, (size_t)h->count, k);
   size_t idx[RANDK_CHUNK];
@@ -142,7 +143,9 @@ static gcclResult_t randk_decode_accumulate(const struct frame_header* h, const 
     size_t m = k - j0 < RANDK_CHUNK ? k - j0 : RANDK_CHUNK;
     for (size_t j = 0; j < m; j++) idx[j] = strata_next(&s);
     topk_values_get(payload + vs * j0, vt, m, val);
+    for (size_t j = 0; j < m && j < SCATTER_AHEAD; j++) scatter_prefetch(dst, esize, idx[j]);
     for (size_t j = 0; j < m; j++) {
+      if (j + SCATTER_AHEAD < m) scatter_prefetch(dst, esize, idx[j + SCATTER_AHEAD]);
       size_t i = idx[j];
       while (cursor < nexc && exc[cursor] < i) cursor++;
       if (cursor < nexc && exc[cursor] == i) continue; /* the exception's raw value replaces it */

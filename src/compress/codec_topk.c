@@ -63,6 +63,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/dtype.h"
 #include "common/result.h"
 #include "compress/codec.h"
 #include "compress/codec_util.h"
@@ -759,14 +760,16 @@ static gcclResult_t topk_decode_accumulate(const struct frame_header* h, const u
   struct index_reader r;
   index_reader_init(&r, sec, plain ? v.plain_bytes : v.sec_bytes, h->count, h->k);
   enum spec_values vt = (enum spec_values)h->values;
-  size_t cursor = 0, done = 0;
+  size_t cursor = 0, done = 0, esize = dtype_size(h->dtype);
   uint64_t idx[256];
   size_t got;
   float val[256];
   while ((got = index_reader_next(&r, idx, 256)) > 0) {
     topk_values_get(v.vals + v.vs * done, vt, got, val);
     done += got;
+    for (size_t j = 0; j < got && j < SCATTER_AHEAD; j++) scatter_prefetch(dst, esize, idx[j]);
     for (size_t j = 0; j < got; j++) {
+      if (j + SCATTER_AHEAD < got) scatter_prefetch(dst, esize, idx[j + SCATTER_AHEAD]);
       while (cursor < nexc && exc[cursor] < idx[j]) cursor++;
       if (cursor < nexc && exc[cursor] == idx[j]) continue; /* the exception's raw value replaces it */
       if (h->dtype == gcclFloat32)

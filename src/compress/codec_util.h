@@ -47,6 +47,15 @@ static inline int f32_finite(float x) {
   return fb_finite(x);
 }
 
+/* Sparse decoders add into dst at sorted random indices ~1/ratio apart: every
+ * add misses the cache and no hardware prefetcher follows random gaps, so they
+ * prefetch element idx[j + SCATTER_AHEAD] (esize bytes each) before adding at
+ * idx[j]; 26M elements at 1%: 11 -> 6-8 ms (codec-bench, top-k decode). */
+#define SCATTER_AHEAD 16
+static inline void scatter_prefetch(void* dst, size_t esize, uint64_t i) {
+  __builtin_prefetch((unsigned char*)dst + i * esize, 1);
+}
+
 /* Tests set this to 1 to make codecs take their portable scalar paths, which
  * must produce the same bits as the SIMD ones. 0 otherwise; never set by the
  * library. */
