@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/arena.h"
+#include "common/copy.h"
 #include "common/dtype.h"
 #include "common/result.h"
 #include "compress/codec_util.h"
@@ -51,9 +52,10 @@ static void build_input(float* x, const void* src, const float* residual, size_t
   switch (dt) {
     case gcclFloat32: {
       const float* s = src;
-      if (residual)
-        for (size_t i = 0; i < n; i++) x[i] = s[i] + residual[i];
-      else if (n)
+      if (residual) {
+        add_stream_f32(x, s, residual, n);
+        copy_stream_fence(); /* before another thread may read the staged residual */
+      } else if (n)
         memcpy(x, s, n * sizeof *x);
       return;
     }
@@ -216,8 +218,8 @@ gcclResult_t compressor_encode_f32(struct gcclCompressor* c, const void* src, gc
       ctx.fill_a = src;
       ctx.fill_b = old;
     } else if (src_dt == gcclFloat32) { /* one pass: this runs on every element a collective sends */
-      const float* s = src;
-      for (size_t i = 0; i < n; i++) w[i] = s[i] + old[i];
+      add_stream_f32(w, src, old, n);
+      copy_stream_fence();
     } else {
       f32_load(w, src, src_dt, n);
       for (size_t i = 0; i < n; i++) w[i] += old[i];
