@@ -22,7 +22,6 @@
  *
  * In place: sendbuff is read only in the reduce-scatter; the allgather alone
  * writes recvbuff. Empty chunks (count < p) are neither encoded nor sent. */
-#include <string.h>
 
 #include "../common/dtype.h"
 #include "../common/result.h"
@@ -78,9 +77,8 @@ gcclResult_t allreduce_ring_requant(struct coll_ctx* ctx, const struct coll_args
     coll_chunk(a->count, p, ring_mod(r - s - 2, p), &roff, &rlen);
     GCCL_CHECK(exchange(tp, next, send, send_bytes, len, prev, recv, slot, &got, rlen));
     if (!rlen) continue;
-    memset(sum, 0, rlen * sizeof(float));
-    GCCL_CHECK(frame_decode_accumulate(recv, got, sum, rlen, gcclFloat32));
-    GCCL_CHECK(compressor_accumulate_exact(c, in + roff * size, a->dt, a->comp_first + roff, rlen, sum));
+    GCCL_CHECK(frame_decode_f32_to(recv, got, sum, gcclFloat32, rlen, NULL)); /* 0.0f + decoded: no clearing */
+    GCCL_CHECK(compressor_accumulate_exact(c, in + roff * size, a->dt, a->comp_first + roff, rlen, sum, 0));
     if (s < p - 2)
       GCCL_CHECK(compressor_encode_f32(c, sum, gcclFloat32, a->comp_first + roff, rlen, EF_RESTAGE, (uint32_t)s + 1,
                                        send, slot, &send_bytes));
@@ -88,8 +86,7 @@ gcclResult_t allreduce_ring_requant(struct coll_ctx* ctx, const struct coll_args
   /* chunk r is complete in sum (alone, p = 1: just this rank's input) */
   coll_chunk(a->count, p, r, &off, &len);
   if (p == 1) {
-    memset(sum, 0, len * sizeof(float));
-    GCCL_CHECK(compressor_accumulate_exact(c, in, a->dt, a->comp_first, len, sum));
+    GCCL_CHECK(compressor_accumulate_exact(c, in, a->dt, a->comp_first, len, sum, 1));
   }
   if (len) {
     GCCL_CHECK(compressor_encode_f32(c, sum, gcclFloat32, a->comp_first + off, len, EF_RESTAGE, (uint32_t)p - 1,
@@ -105,7 +102,8 @@ gcclResult_t allreduce_ring_requant(struct coll_ctx* ctx, const struct coll_args
     coll_chunk(a->count, p, rc, &roff, &rlen);
     GCCL_CHECK(exchange(tp, next, final + (size_t)sc * slot, bytes[sc], len, prev, final + (size_t)rc * slot, slot,
                         &bytes[rc], rlen));
-    if (rlen) GCCL_CHECK(frame_decode_f32_to(final + (size_t)rc * slot, bytes[rc], out + roff * size, a->dt, rlen, stage));
+    if (rlen)
+      GCCL_CHECK(frame_decode_f32_to(final + (size_t)rc * slot, bytes[rc], out + roff * size, a->dt, rlen, stage));
   }
   return gcclSuccess;
 }

@@ -47,7 +47,6 @@
  * result, not re-encoded); allgather_frames is phase 2, the ring, with every rank's
  * whole input as its frame. Chunks or slots of 0 elements are not sent: both sides know
  * the lengths. */
-#include <string.h>
 
 #include "../common/dtype.h"
 #include "../common/result.h"
@@ -137,13 +136,18 @@ static gcclResult_t scatter_reduce(struct coll_ctx* ctx, const struct coll_args*
                                      w->slot, &w->sent[j]));
     GCCL_CHECK(tp->ops->isend(tp, j, out_frame(w, j), w->sent[j], &w->sreq[j]));
   }
-  memset(w->sum, 0, my_len * sizeof(float));
+  /* the first term in rank order writes the sum (as if added to +0.0f), the
+   * others add to it: no clearing pass, one read of the sum fewer */
   for (int r = 0; r < p; r++) {
     if (r == me) {
-      GCCL_CHECK(compressor_accumulate_exact(c, in + my_off * size, a->dt, a->comp_first + my_off, my_len, w->sum));
+      GCCL_CHECK(
+          compressor_accumulate_exact(c, in + my_off * size, a->dt, a->comp_first + my_off, my_len, w->sum, r == 0));
     } else if (my_len) {
       GCCL_CHECK(coll_wait(tp, &w->rreq[r]));
-      GCCL_CHECK(frame_decode_accumulate(in_frame(w, r), w->got[r], w->sum, my_len, gcclFloat32));
+      if (r == 0)
+        GCCL_CHECK(frame_decode_f32_to(in_frame(w, r), w->got[r], w->sum, gcclFloat32, my_len, NULL));
+      else
+        GCCL_CHECK(frame_decode_accumulate(in_frame(w, r), w->got[r], w->sum, my_len, gcclFloat32));
     }
   }
   return gcclSuccess;

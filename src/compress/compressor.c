@@ -272,14 +272,16 @@ gcclResult_t compressor_encode_f32(struct gcclCompressor* c, const void* src, gc
 }
 
 gcclResult_t compressor_accumulate_exact(struct gcclCompressor* c, const void* src, gcclDataType_t src_dt, size_t first,
-                                         size_t n, float* acc) {
+                                         size_t n, float* acc, int store) {
   GCCL_CHECK(check_range(c, first, n));
-  if (src_dt == gcclFloat32 && c->spec.ef) { /* one pass, the same adds as the general case */
+  /* fp32, the collectives' case: one pass, the same adds as the general case
+   * below (from +0.0f when storing) */
+  if (src_dt == gcclFloat32 && c->spec.ef) {
     const float* s = src;
     const float* old = c->residual + first;
     float* staged = c->work + first;
     for (size_t i = 0; i < n; i++) {
-      acc[i] = (acc[i] + s[i]) + old[i];
+      acc[i] = ((store ? 0.0f : acc[i]) + s[i]) + old[i];
       staged[i] = 0.0f;
     }
     c->staged += n;
@@ -287,13 +289,14 @@ gcclResult_t compressor_accumulate_exact(struct gcclCompressor* c, const void* s
   }
   if (src_dt == gcclFloat32) {
     const float* s = src;
-    for (size_t i = 0; i < n; i++) acc[i] += s[i];
-  } else {
-    GCCL_CHECK(ensure_tmp(c));
-    float* t = c->tmp + first;
-    f32_load(t, src, src_dt, n);
-    for (size_t i = 0; i < n; i++) acc[i] += t[i];
+    for (size_t i = 0; i < n; i++) acc[i] = (store ? 0.0f : acc[i]) + s[i];
+    return gcclSuccess; /* no error feedback: nothing to stage */
   }
+  if (store && n) memset(acc, 0, n * sizeof(float));
+  GCCL_CHECK(ensure_tmp(c));
+  float* t = c->tmp + first;
+  f32_load(t, src, src_dt, n);
+  for (size_t i = 0; i < n; i++) acc[i] += t[i];
   if (c->spec.ef) {
     const float* old = c->residual + first;
     for (size_t i = 0; i < n; i++) acc[i] += old[i];

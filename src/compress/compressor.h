@@ -84,9 +84,11 @@ gcclResult_t compressor_encode_f32(struct gcclCompressor* c, const void* src, gc
                                    size_t* frame_bytes);
 
 /* acc[i] += float(src[i]) + e_old[first + i] for i < n — the part of its own
- * input a rank reduces without compressing it — and stages residual 0 there. */
+ * input a rank reduces without compressing it — and stages residual 0 there.
+ * store = 1: acc is written without being read, as if it held +0.0f (the first
+ * term of a sum: no clearing pass). */
 gcclResult_t compressor_accumulate_exact(struct gcclCompressor* c, const void* src, gcclDataType_t src_dt, size_t first,
-                                         size_t n, float* acc);
+                                         size_t n, float* acc, int store);
 
 /* Stages the current residual unchanged for a range this rank does not encode. */
 gcclResult_t compressor_stage_keep(struct gcclCompressor* c, size_t first, size_t n);
