@@ -49,34 +49,12 @@ size_t compressor_bound(const struct gcclCompressor* c, size_t n) {
 
 /* x[i] = float(src[i]) (+ residual[i]): the codec's input. */
 static void build_input(float* x, const void* src, const float* residual, size_t n, gcclDataType_t dt) {
-  switch (dt) {
-    case gcclFloat32: {
-      const float* s = src;
-      if (residual) {
-        add_stream_f32(x, s, residual, n);
-        copy_stream_fence(); /* before another thread may read the staged residual */
-      } else if (n)
-        memcpy(x, s, n * sizeof *x);
-      return;
-    }
-    case gcclFloat64: {
-      const double* s = src;
-      for (size_t i = 0; i < n; i++) x[i] = (float)s[i];
-      break;
-    }
-    case gcclFloat16: {
-      const uint16_t* s = src;
-      for (size_t i = 0; i < n; i++) x[i] = half_to_float(s[i]);
-      break;
-    }
-    case gcclBfloat16: {
-      const uint16_t* s = src;
-      for (size_t i = 0; i < n; i++) x[i] = bf16_to_float(s[i]);
-      break;
-    }
-    default:
-      return;
+  if (dt == gcclFloat32 && residual) { /* one pass: this runs on every element a collective sends */
+    add_stream_f32(x, src, residual, n);
+    copy_stream_fence(); /* before another thread may read the staged residual */
+    return;
   }
+  f32_load(x, src, dt, n);
   if (residual)
     for (size_t i = 0; i < n; i++) x[i] += residual[i];
 }
@@ -217,12 +195,8 @@ gcclResult_t compressor_encode_f32(struct gcclCompressor* c, const void* src, gc
       ctx.fill_dst = w;
       ctx.fill_a = src;
       ctx.fill_b = old;
-    } else if (src_dt == gcclFloat32) { /* one pass: this runs on every element a collective sends */
-      add_stream_f32(w, src, old, n);
-      copy_stream_fence();
     } else {
-      f32_load(w, src, src_dt, n);
-      for (size_t i = 0; i < n; i++) w[i] += old[i];
+      build_input(w, src, old, n, src_dt);
     }
     x = resid = w;
   } else if (mode == EF_RESTAGE || src_dt != gcclFloat32 || c->spec.codec == CODEC_NONE) {
