@@ -20,7 +20,10 @@
  *     r     = max - min
  *     step  = r / (float)L
  *     inv   = r > 0 ? (float)L / r : 0;  inv = 0 if that is not finite (r tiny)
- *     u[j]  = 0.5f (round=nearest) or rng_uniform(ctx->key, g) (stochastic)
+ *     u[j]  = 0.5f (round=nearest), or (stochastic) rng_uniform16(ctx->key,
+ *             base + (j & ~15) + (j & 7), (j >> 3) & 1): in each group of 16
+ *             elements of a bucket, elements i and i + 8 (i < 8) split one draw,
+ *             keyed by the index of the first
  *     t     = (v[j] - min) * inv + u[j]
  *     q[j]  = (uint32)min(max(t, 0.0f), (float)L)   truncation: = clamp(floor(t), 0, L)
  *     dec   = min + (float)q[j] * step
@@ -109,15 +112,16 @@ static inline void uq_put_group(uint64_t w, unsigned bits, unsigned char* out, s
   for (size_t i = 0; i < nb; i++) out[i] = (unsigned char)(acc >> (8 * i));
 }
 
-/* Codes of v[0, m) (finite) at codes; with resid, resid[j] = v[j] - dec[j].
- * g0 is the global index of v[0]; key is NULL for round=nearest. */
-static void uq_codes_scalar(const float* v, size_t m, uint64_t g0, const struct uq_bucket* p, unsigned bits,
-                            const uint64_t* key, unsigned char* codes, float* resid) {
-  for (size_t j = 0; j < m; j += 8) {
+/* Codes of elements [from, m) of a bucket v (finite) at codes, the bucket's
+ * codes; with resid, resid[j] = v[j] - dec[j]. from is a multiple of 8, base the
+ * global index of v[0]; key is NULL for round=nearest. */
+static void uq_codes_scalar(const float* v, size_t from, size_t m, uint64_t base, const struct uq_bucket* p,
+                            unsigned bits, const uint64_t* key, unsigned char* codes, float* resid) {
+  for (size_t j = from; j < m; j += 8) {
     size_t r = m - j < 8 ? m - j : 8;
     uint64_t w = 0;
     for (size_t k = 0; k < r; k++) {
-      float u = key ? rng_uniform(*key, g0 + j + k) : 0.5f;
+      float u = key ? rng_uniform16(*key, base + (j & ~(size_t)15) + k, (unsigned)(j >> 3) & 1) : 0.5f;
       uint32_t q = uq_quant(v[j + k], p, u);
       w |= (uint64_t)q << (8 * k);
       if (resid) resid[j + k] = v[j + k] - uq_dequant(q, p);
@@ -186,25 +190,32 @@ __attribute__((target("avx2"), always_inline)) static inline __m256i uq_fmix8(__
 }
 
 /* The bucket's constants in registers, and the stochastic rounding stream: idx
- * holds the low halves of the next 8 global indices; khi is the second round's
- * key term, fixed because the bucket does not cross a multiple of 2^32. */
+ * holds the low halves of the indices of the next 8 draws (elements 0-7 of the
+ * next 16); khi is the second round's key term, fixed because the bucket does not
+ * cross a multiple of 2^32. */
 struct uq_lanes {
   __m256 mn, inv, lf, step;
   __m256i idx, klo, khi;
 };
 
-/* Codes of v[j, j + 8) as int32 lanes (rng_uniform(key, g) for u when
- * stochastic); with resid, stores v - dec at resid + j. */
-__attribute__((target("avx2"), always_inline)) static inline __m256i uq_q8(const float* v, size_t j, struct uq_lanes* c,
-                                                                           int stochastic, float* resid) {
+/* The u of the next 16 elements (rng_uniform16): 8 draws, element i < 8 taking
+ * the low half of draw i and element i + 8 the high half; elements 0-7 in *lo,
+ * 8-15 in *hi. */
+__attribute__((target("avx2"), always_inline)) static inline void uq_u16(struct uq_lanes* c, __m256* lo, __m256* hi) {
+  __m256i r = uq_fmix8(_mm256_xor_si256(c->idx, c->klo));
+  r = uq_fmix8(_mm256_xor_si256(r, c->khi));
+  c->idx = _mm256_add_epi32(c->idx, _mm256_set1_epi32(16));
+  __m256i a = _mm256_and_si256(r, _mm256_set1_epi32(0xFFFF)), b = _mm256_srli_epi32(r, 16);
+  *lo = _mm256_mul_ps(_mm256_cvtepi32_ps(a), _mm256_set1_ps(0x1p-16f));
+  *hi = _mm256_mul_ps(_mm256_cvtepi32_ps(b), _mm256_set1_ps(0x1p-16f));
+}
+
+/* Codes of v[j, j + 8) as int32 lanes, rounded with u; with resid, stores
+ * v - dec at resid + j. */
+__attribute__((target("avx2"), always_inline)) static inline __m256i uq_q8(const float* v, size_t j,
+                                                                           const struct uq_lanes* c, __m256 u,
+                                                                           float* resid) {
   __m256 x = _mm256_loadu_ps(v + j);
-  __m256 u = _mm256_set1_ps(0.5f);
-  if (stochastic) {
-    __m256i r = uq_fmix8(_mm256_xor_si256(c->idx, c->klo));
-    r = uq_fmix8(_mm256_xor_si256(r, c->khi));
-    u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(r, 8)), _mm256_set1_ps(0x1p-24f));
-    c->idx = _mm256_add_epi32(c->idx, _mm256_set1_epi32(8));
-  }
   __m256 t = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(x, c->mn), c->inv), u);
   /* max_ps(t, 0) is t > 0 ? t : 0 and min_ps(t, L) is t < L ? t : L, as in uq_quant. */
   t = _mm256_min_ps(_mm256_max_ps(t, _mm256_setzero_ps()), c->lf);
@@ -247,12 +258,18 @@ __attribute__((target("avx2"), always_inline)) static inline void uq_codes_avx2_
   c.idx = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)g0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   c.klo = _mm256_set1_epi32((int)(uint32_t)key);
   c.khi = _mm256_set1_epi32((int)((uint32_t)(key >> 32) + (uint32_t)(g0 >> 32) * 0x9E3779B1u));
+  const __m256 half = _mm256_set1_ps(0.5f);
   size_t j = 0;
   if (bits == 8 || bits == 4 || bits == 2 || bits == 1) {
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (; j + 32 <= m; j += 32) {
-      __m256i q0 = uq_q8(v, j, &c, stochastic, resid), q1 = uq_q8(v, j + 8, &c, stochastic, resid);
-      __m256i q2 = uq_q8(v, j + 16, &c, stochastic, resid), q3 = uq_q8(v, j + 24, &c, stochastic, resid);
+      __m256 u0 = half, u1 = half, u2 = half, u3 = half;
+      if (stochastic) {
+        uq_u16(&c, &u0, &u1);
+        uq_u16(&c, &u2, &u3);
+      }
+      __m256i q0 = uq_q8(v, j, &c, u0, resid), q1 = uq_q8(v, j + 8, &c, u1, resid);
+      __m256i q2 = uq_q8(v, j + 16, &c, u2, resid), q3 = uq_q8(v, j + 24, &c, u3, resid);
       /* 32 codes as bytes, in element order. */
       __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(q0, q1), _mm256_packus_epi32(q2, q3));
       b = _mm256_permutevar8x32_epi32(b, order);
@@ -276,11 +293,12 @@ __attribute__((target("avx2"), always_inline)) static inline void uq_codes_avx2_
   }
   const __m256i sh_lo = _mm256_mullo_epi32(_mm256_setr_epi64x(0, 1, 2, 3), _mm256_set1_epi64x(bits));
   const __m256i sh_hi = _mm256_add_epi64(sh_lo, _mm256_set1_epi64x(4 * bits));
-  for (; j + 8 <= m; j += 8)
-    uq_put8_avx2(uq_q8(v, j, &c, stochastic, resid), sh_lo, sh_hi, bits, codes + j / 8 * bits, end);
-  if (j < m)
-    uq_codes_scalar(v + j, m - j, g0 + j, p, bits, stochastic ? &key : NULL, codes + j / 8 * bits,
-                    resid ? resid + j : NULL);
+  __m256 u[2] = {half, half}; /* j is a multiple of 16 when a draw is due */
+  for (; j + 8 <= m; j += 8) {
+    if (stochastic && j % 16 == 0) uq_u16(&c, &u[0], &u[1]);
+    uq_put8_avx2(uq_q8(v, j, &c, u[j / 8 % 2], resid), sh_lo, sh_hi, bits, codes + j / 8 * bits, end);
+  }
+  if (j < m) uq_codes_scalar(v, j, m, g0, p, bits, stochastic ? &key : NULL, codes, resid);
 }
 
 /* The four copies: rounding x error feedback. */
@@ -441,10 +459,10 @@ static gcclResult_t uq_encode_bucket(struct encode_ctx* ctx, struct bucket_state
     else
       (resid ? uq_codes_avx2_nearest_ef : uq_codes_avx2_nearest)(v, m, base, &p, bits, 0, out + 8, end, resid);
   } else {
-    uq_codes_scalar(v, m, base, &p, bits, stochastic ? &ctx->key : NULL, out + 8, resid);
+    uq_codes_scalar(v, 0, m, base, &p, bits, stochastic ? &ctx->key : NULL, out + 8, resid);
   }
 #else
-  uq_codes_scalar(v, m, base, &p, bits, stochastic ? &ctx->key : NULL, out + 8, resid);
+  uq_codes_scalar(v, 0, m, base, &p, bits, stochastic ? &ctx->key : NULL, out + 8, resid);
 #endif
   if (resid)
     for (size_t e = nexc0; e < exc->n; e++) resid[exc->idx[e] - base] = 0.0f;

@@ -99,7 +99,8 @@ Model Reference(const std::vector<float>& x, const codec_spec& s, uint64_t key) 
       if (!std::isfinite(inv)) inv = 0.0f;
       for (size_t j = 0; j < m; j++) {
         float v = std::isfinite(x[base + j]) ? x[base + j] : 0.0f;
-        float u = s.round == SPEC_ROUND_STOCHASTIC ? rng_uniform(key, base + j) : 0.5f;
+        float u = s.round == SPEC_ROUND_STOCHASTIC ? rng_uniform16(key, base + (j & ~size_t{15}) + j % 8, (j >> 3) & 1)
+                                                   : 0.5f;
         float t = std::floor((v - lo) * inv + u);
         unsigned q = t < 0 ? 0u : t > lf ? L : (unsigned)t;
         for (unsigned b = 0; b < s.bits; b++)
