@@ -13,6 +13,7 @@
 
 #include "common/float_bits.h"
 #include "common/hd.h"
+#include "compress/rng.h"
 
 /* ---- the canonical sums (codec_util.h: canon_sum_abs, canon_sum_sq) ----------- */
 
@@ -60,7 +61,15 @@ static inline GCCL_HD int uq_bucket_make(float mn, float mx, unsigned bits, stru
   return fb_finite(r) && fb_finite(mn + lf * step);
 }
 
-/* The code of finite v; u is 0.5f (round to nearest) or rng_uniform (stochastic). */
+/* The u of a bucket's element j under stochastic rounding (base: the global index
+ * of the bucket's element 0). In each group of 16, elements k and k + 8 take the
+ * low and high 16 bits of one draw, so one hash serves two elements and an AVX2
+ * lane's 8 draws cover 16 elements without a shuffle. */
+static inline GCCL_HD float uq_uniform(uint64_t key, uint64_t base, size_t j) {
+  return rng_uniform16(key, base + (j & ~(size_t)15) + (j & 7), (unsigned)(j >> 3) & 1);
+}
+
+/* The code of finite v; u is 0.5f (round to nearest) or uq_uniform (stochastic). */
 static inline GCCL_HD uint32_t uq_quant(float v, const struct uq_bucket* p, float u) {
   float t = (v - p->mn) * p->inv + u;
   t = t > 0.0f ? t : 0.0f; /* t is never NaN: v - mn finite, inv finite */

@@ -20,10 +20,10 @@
  *     r     = max - min
  *     step  = r / (float)L
  *     inv   = r > 0 ? (float)L / r : 0;  inv = 0 if that is not finite (r tiny)
- *     u[j]  = 0.5f (round=nearest), or (stochastic) rng_uniform16(ctx->key,
- *             base + (j & ~15) + (j & 7), (j >> 3) & 1): in each group of 16
- *             elements of a bucket, elements i and i + 8 (i < 8) split one draw,
- *             keyed by the index of the first
+ *     u[j]  = 0.5f (round=nearest), or (stochastic) uq_uniform(ctx->key, base, j)
+ *             = rng_uniform16(ctx->key, base + (j & ~15) + (j & 7), (j >> 3) & 1):
+ *             in each group of 16 elements of a bucket, elements i and i + 8
+ *             (i < 8) split one draw, keyed by the index of the first
  *     t     = (v[j] - min) * inv + u[j]
  *     q[j]  = (uint32)min(max(t, 0.0f), (float)L)   truncation: = clamp(floor(t), 0, L)
  *     dec   = min + (float)q[j] * step
@@ -121,7 +121,7 @@ static void uq_codes_scalar(const float* v, size_t from, size_t m, uint64_t base
     size_t r = m - j < 8 ? m - j : 8;
     uint64_t w = 0;
     for (size_t k = 0; k < r; k++) {
-      float u = key ? rng_uniform16(*key, base + (j & ~(size_t)15) + k, (unsigned)(j >> 3) & 1) : 0.5f;
+      float u = key ? uq_uniform(*key, base, j + k) : 0.5f;
       uint32_t q = uq_quant(v[j + k], p, u);
       w |= (uint64_t)q << (8 * k);
       if (resid) resid[j + k] = v[j + k] - uq_dequant(q, p);

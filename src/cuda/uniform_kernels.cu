@@ -68,7 +68,7 @@ __global__ void UniformEncode(const void* src, const float* resid_in, float* res
         float x = gk::InputX<DT>(src, resid_in, i);
         int fin = fb_finite(x);
         float v = fin ? x : 0.0f;
-        float u = stochastic ? rng_uniform16(key, base + (j0 & ~size_t{15}) + k, static_cast<unsigned>(g & 1)) : 0.5f;
+        float u = stochastic ? uq_uniform(key, base, j0 + k) : 0.5f;
         uint32_t q = uq_quant(v, &p, u);
         acc |= static_cast<uint64_t>(q) << (k * bits);
         if (resid_out) resid_out[i] = fin ? __fsub_rn(v, uq_dequant(q, &p)) : 0.0f;
