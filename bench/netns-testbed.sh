@@ -3,7 +3,7 @@
 # Open MPI's ring MPI_Allreduce, in one run.
 #
 #   bench/netns-testbed.sh [-n N] [-r RATE] [-s SIZE] [-b BUILD] [-o OUTDIR] [-i ITERS] [-c CODECS]
-#                          [-a ALG] [-l LINKS] [-x "MPIRUN ARGS"] [-t SECONDS] [-d] [-q]
+#                          [-a ALG] [-l LINKS] [-C CC] [-x "MPIRUN ARGS"] [-t SECONDS] [-d] [-q]
 #
 # Builds N network namespaces (default 4), each a "host" with one interface (gtb0)
 # on a private /24 it picks unused on this machine, joined by veth pairs to a
@@ -37,6 +37,11 @@
 #           between the same pair, one connection reaches about half the link rate
 #           (16 MiB ring allreduce at 1 Gbit/s: 255 ms with 1, 150 ms with 2); with
 #           4 ranks, 2 connections changed nothing measurable.
+#   -C CC   TCP congestion control in the namespaces (one of the host's
+#           net.ipv4.tcp_allowed_congestion_control); default: the host's own,
+#           which new namespaces inherit. The header line says which ran. It
+#           matters: on this host (bbr) gccl's rows ran about 5% faster with
+#           reno and Open MPI's ring did not move (BENCHMARKS.md)
 #   -t SECONDS  gives up (exit 1, everything removed) when the run takes longer
 #           (default 1800): a launch that hangs must not hold the machine
 #   -x ARGS extra mpirun arguments (split at spaces) for every row, e.g.
@@ -50,13 +55,13 @@
 # what earlier runs left behind if their process is gone, and touches nothing else.
 set -euo pipefail
 
-N=4 RATE=1gbit SIZE=100M BUILD=build OUTDIR="" ITERS=1 QUICK=0 LINKS=1 EXTRA="" ALG=4 LIMIT=1800 DENSE=--dense-best
+N=4 RATE=1gbit SIZE=100M BUILD=build OUTDIR="" ITERS=1 QUICK=0 LINKS=1 CC="" EXTRA="" ALG=4 LIMIT=1800 DENSE=--dense-best
 CODECS="fp16 uniform:bits=8 uniform:bits=4 sign topk:ratio=0.01 randk:ratio=0.01"
 usage() {
   sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0" >&2
   exit 2
 }
-while getopts "n:r:s:b:o:i:c:a:l:x:t:dqh" opt; do
+while getopts "n:r:s:b:o:i:c:a:l:C:x:t:dqh" opt; do
   case $opt in
     n) N=$OPTARG ;;
     r) RATE=$OPTARG ;;
@@ -67,6 +72,7 @@ while getopts "n:r:s:b:o:i:c:a:l:x:t:dqh" opt; do
     c) CODECS=$OPTARG ;;
     a) ALG=$OPTARG ;;
     l) LINKS=$OPTARG ;;
+    C) CC=$OPTARG ;;
     x) EXTRA=$OPTARG ;;
     t) LIMIT=$OPTARG ;;
     d) DENSE="" ;;
@@ -84,6 +90,11 @@ fi
 [[ $LIMIT =~ ^[0-9]+$ ]] && ((LIMIT >= 1)) || { echo "netns-testbed: -t must be >= 1" >&2; exit 2; }
 [[ $ALG =~ ^[1-6]$ ]] || { echo "netns-testbed: -a must be 1..6" >&2; exit 2; }
 [[ $LINKS =~ ^[0-9]+$ ]] && ((LINKS >= 1 && LINKS <= 16)) || { echo "netns-testbed: -l must be 1..16" >&2; exit 2; }
+if [[ -n $CC ]] && ! grep -qwF -- "$CC" /proc/sys/net/ipv4/tcp_allowed_congestion_control 2>/dev/null; then
+  echo "netns-testbed: -C $CC is not in this host's tcp_allowed_congestion_control" \
+    "($(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control 2>/dev/null))" >&2
+  exit 2
+fi
 # tc's rate units; the link-use column needs bits per second.
 if [[ $RATE =~ ^([0-9]+(\.[0-9]+)?)(bit|kbit|mbit|gbit)$ ]]; then
   RATE_BPS=$(awk -v v="${BASH_REMATCH[1]}" -v u="${BASH_REMATCH[3]}" \
@@ -255,6 +266,7 @@ for ((k = 0; k < N; k++)); do
   ip -n "$ns" link set "$peer_if" name $NS_IF
   ip -n "$ns" addr add "$addr/24" dev $NS_IF
   ip -n "$ns" link set lo up
+  if [[ -n $CC ]]; then ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$CC"; fi
   ip -n "$ns" link set $NS_IF up
   ip link set "$host_if" master "$BRIDGE" up
   # Both directions: the host's upload (its egress) and its download (the bridge's
@@ -302,7 +314,7 @@ ARGS=(--mpi allreduce -d float -o sum -b "$SIZE" -e "$SIZE" -n "$ITERS" -m -w 1 
   -J "$OUTDIR/testbed.json")
 
 {
-  echo "# netns-testbed: $N namespaces x 1 rank, $RATE per link (tbf both ways), $SUBNET, btl_tcp_links $LINKS; $(date -Is)"
+  echo "# netns-testbed: $N namespaces x 1 rank, $RATE per link (tbf both ways), $SUBNET, btl_tcp_links $LINKS, TCP $(ip netns exec "$(ns_name 0)" cat /proc/sys/net/ipv4/tcp_congestion_control); $(date -Is)"
   echo "# machine: $(nproc) cores; load before the run: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# ip netns exec $(ns_name 0) ${MPIRUN[*]} $BENCH ${ARGS[*]}"
 } | tee "$OUTDIR/testbed.txt" >&2
