@@ -39,9 +39,9 @@
 #           4 ranks, 2 connections changed nothing measurable.
 #   -C CC   TCP congestion control in the namespaces (one of the host's
 #           net.ipv4.tcp_allowed_congestion_control); default: the host's own,
-#           which new namespaces inherit. The header line says which ran. It
-#           matters: on this host (bbr) gccl's rows ran about 5% faster with
-#           reno and Open MPI's ring did not move (BENCHMARKS.md)
+#           which new namespaces inherit. The header line says which ran. On
+#           this host (bbr) gccl's rows ran 0-4% faster with reno and Open
+#           MPI's ring did not move (BENCHMARKS.md)
 #   -t SECONDS  gives up (exit 1, everything removed) when the run takes longer
 #           (default 1800): a launch that hangs must not hold the machine
 #   -x ARGS extra mpirun arguments (split at spaces) for every row, e.g.
