@@ -105,6 +105,10 @@ gcclResult_t frame_check(const void* frame, size_t frame_bytes, size_t count, gc
  * gcclCorruptData on any inconsistency, dst untouched. */
 gcclResult_t frame_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count, gcclDataType_t dt);
 
+/* The accumulate half of frame_decode_accumulate, for a frame that frame_check
+ * accepted (for dt) and whose header it filled in *h. */
+gcclResult_t frame_accumulate_checked(const struct frame_header* h, const void* frame, void* dst, gcclDataType_t dt);
+
 /* Writes an fp32 frame's n decoded elements to out (dtype dt): straight into out
  * when dt is fp32, else decoded into the fp32 area `stage` and rounded once by
  * f32_store, so every collective rounds its outputs alike. */

@@ -82,16 +82,20 @@ static gcclResult_t decode_checked(const struct frame_header* h, const unsigned 
   return res;
 }
 
+gcclResult_t frame_accumulate_checked(const struct frame_header* h, const void* frame, void* dst, gcclDataType_t dt) {
+  const unsigned char* payload = (const unsigned char*)frame + FRAME_HEADER_BYTES;
+  if (h->flags & FRAME_FLAG_RAW) {
+    raw_accumulate(dst, payload, (size_t)h->count, dt);
+    return gcclSuccess;
+  }
+  return decode_checked(h, payload, dst, dt, 0);
+}
+
 gcclResult_t frame_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count,
                                      gcclDataType_t dt) {
   struct frame_header h;
   GCCL_CHECK(frame_check(frame, frame_bytes, count, dt, &h));
-  const unsigned char* payload = (const unsigned char*)frame + FRAME_HEADER_BYTES;
-  if (h.flags & FRAME_FLAG_RAW) {
-    raw_accumulate(dst, payload, count, dt);
-    return gcclSuccess;
-  }
-  return decode_checked(&h, payload, dst, dt, 0);
+  return frame_accumulate_checked(&h, frame, dst, dt);
 }
 
 gcclResult_t frame_decode_f32_to(const void* frame, size_t frame_bytes, void* out, gcclDataType_t dt, size_t n,
