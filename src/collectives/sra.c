@@ -56,15 +56,16 @@
 /* The workspace of one call: per-peer request handles and received sizes, frame
  * slots of `slot` bytes, and fp32 areas. */
 struct sra_work {
-  tp_req* sreq;       /* [p] sends, -1 when none is pending */
-  tp_req* rreq;       /* [p] receives */
-  size_t* got;        /* [p] bytes received */
-  size_t* sent;       /* [p] bytes of the frame encoded for each peer */
-  unsigned char* out; /* p slots: frames this rank encodes */
-  unsigned char* in;  /* p slots: frames received, by sender */
-  size_t slot;        /* bytes per frame slot, a multiple of 64 */
-  float* sum;         /* the owner's fp32 sum */
-  float* stage;       /* fp32 decode area for outputs that are not fp32 */
+  tp_req* sreq;              /* [p] sends, -1 when none is pending */
+  tp_req* rreq;              /* [p] receives */
+  size_t* got;               /* [p] bytes received */
+  size_t* sent;              /* [p] bytes of the frame encoded for each peer */
+  unsigned char* out;        /* p slots: frames this rank encodes */
+  unsigned char* in;         /* p slots: frames received, by sender */
+  size_t slot;               /* bytes per frame slot, a multiple of 64 */
+  float* sum;                /* the owner's fp32 sum */
+  float* stage;              /* fp32 decode area for outputs that are not fp32 */
+  struct frame_header* head; /* [p] the received frames' checked headers */
 };
 
 /* Lays the workspace out: 2p frame slots of `frame_bytes`, and two fp32 areas of
@@ -73,15 +74,17 @@ static gcclResult_t sra_work_get(struct coll_ctx* ctx, size_t frame_bytes, size_
                                  struct sra_work* w) {
   size_t p = (size_t)ctx->nranks;
   size_t reqs = coll_align64(2 * p * sizeof(tp_req)), sizes = coll_align64(2 * p * sizeof(size_t));
+  size_t heads = coll_align64(p * sizeof(struct frame_header));
   w->slot = coll_align64(frame_bytes);
   size_t sum_bytes = coll_align64(sum_n * sizeof(float)), stage_bytes = coll_align64(stage_n * sizeof(float));
   unsigned char* base;
-  GCCL_CHECK(coll_workspace(ctx, reqs + sizes + 2 * p * w->slot + sum_bytes + stage_bytes, (void**)&base));
+  GCCL_CHECK(coll_workspace(ctx, reqs + sizes + heads + 2 * p * w->slot + sum_bytes + stage_bytes, (void**)&base));
   w->sreq = (tp_req*)(void*)base;
   w->rreq = w->sreq + p;
   w->got = (size_t*)(void*)(base + reqs);
   w->sent = w->got + p;
-  w->out = base + reqs + sizes;
+  w->head = (struct frame_header*)(void*)(base + reqs + sizes);
+  w->out = base + reqs + sizes + heads;
   w->in = w->out + p * w->slot;
   w->sum = (float*)(void*)(w->in + p * w->slot);
   w->stage = (float*)(void*)((unsigned char*)w->sum + sum_bytes);
@@ -113,6 +116,57 @@ static void part_of(const struct coll_args* a, int p, int j, size_t* off, size_t
   }
 }
 
+/* Frames at least this many times smaller than the fp32 part they carry (sign:
+ * 30x) arrive long before the owner is done encoding, so it sums its part only
+ * once all are in, a block at a time (sum_by_blocks); larger frames (fp16,
+ * uniform 4- and 8-bit) are decoded as they arrive, overlapping the transfer. */
+#define BLOCKS_MIN_RATIO 16
+#define SUM_BLOCK 4096 /* elements of the sum per block: 16 KiB, in L1 */
+
+static int small_frames(const struct gcclCompressor* c, size_t n) {
+  return c->ops->payload_bound != NULL && c->ops->payload_bound(&c->spec, n) <= n * sizeof(float) / BLOCKS_MIN_RATIO;
+}
+
+/* Phase 1's sum once every peer's frame is in, SUM_BLOCK elements at a time:
+ * each block of the sum gets its terms in rank order (the rank's own part exactly,
+ * every frame's range decoded), so it stays in L1 across the p terms instead of
+ * going to memory and back once per term. Same additions in the same order per
+ * element as term by term, so the same bits. Frames without ranges (a peer's
+ * frame of another codec) fall back to term by term. */
+static gcclResult_t sum_by_blocks(struct coll_ctx* ctx, const struct coll_args* a, struct sra_work* w, size_t my_off,
+                                  size_t my_len) {
+  struct transport* tp = ctx->tp;
+  struct gcclCompressor* c = a->comp;
+  int p = ctx->nranks, me = ctx->rank;
+  size_t size = dtype_size(a->dt), g = 1;
+  const unsigned char* in = a->sendbuff;
+  int ranges = 1;
+  for (int r = 0; r < p; r++) {
+    if (r == me) continue;
+    GCCL_CHECK(coll_wait(tp, &w->rreq[r]));
+    GCCL_CHECK(frame_check(in_frame(w, r), w->got[r], my_len, gcclFloat32, &w->head[r]));
+    size_t gr = frame_range_granule(&w->head[r]);
+    if (gr == 0 || (gr > g ? gr % g : g % gr) != 0) ranges = 0; /* no ranges, or no common block */
+    if (gr > g) g = gr;
+  }
+  size_t block = ranges ? (g >= SUM_BLOCK ? g : SUM_BLOCK / g * g) : my_len;
+  for (size_t b0 = 0; b0 < my_len; b0 += block) {
+    size_t m = my_len - b0 < block ? my_len - b0 : block;
+    for (int r = 0; r < p; r++) {
+      if (r == me)
+        GCCL_CHECK(compressor_accumulate_exact(c, in + (my_off + b0) * size, a->dt, a->comp_first + my_off + b0, m,
+                                               w->sum + b0, r == 0));
+      else if (ranges)
+        GCCL_CHECK(frame_decode_range(&w->head[r], in_frame(w, r), b0, m, w->sum + b0, r == 0));
+      else if (r == 0)
+        GCCL_CHECK(frame_decode_f32_to(in_frame(w, r), w->got[r], w->sum, gcclFloat32, my_len, NULL));
+      else
+        GCCL_CHECK(frame_decode_accumulate(in_frame(w, r), w->got[r], w->sum, my_len, gcclFloat32));
+    }
+  }
+  return gcclSuccess;
+}
+
 /* Phase 1: afterwards w->sum holds the fp32 sum over ranks of this rank's part
  * (the peers' decoded frames and its own input exactly, in rank order), and every
  * part of this rank's input has been encoded once (residual staged). Sends may
@@ -136,6 +190,7 @@ static gcclResult_t scatter_reduce(struct coll_ctx* ctx, const struct coll_args*
                                      w->slot, &w->sent[j]));
     GCCL_CHECK(tp->ops->isend(tp, j, out_frame(w, j), w->sent[j], &w->sreq[j]));
   }
+  if (my_len && small_frames(c, my_len)) return sum_by_blocks(ctx, a, w, my_off, my_len);
   /* the first term in rank order writes the sum (as if added to +0.0f), the
    * others add to it: no clearing pass, one read of the sum fewer */
   for (int r = 0; r < p; r++) {

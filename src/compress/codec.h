@@ -126,6 +126,11 @@ struct codec_ops {
    * and then read back. NULL: the decoder clears dst and accumulates. */
   gcclResult_t (*decode_store_f32)(const struct frame_header* h, const unsigned char* payload, const uint64_t* exc,
                                    size_t nexc, float* dst);
+
+  /* Optional: the payload offset in bytes at which element `first` starts, for
+   * `first` a multiple of h->bucket (any index when h->bucket is 0), so a run of
+   * whole buckets decodes as a frame of its own (frame_decode_range). */
+  uint64_t (*payload_offset)(const struct frame_header* h, uint64_t first);
 };
 
 /* The table for each codec, one per file (codec_none.c, codec_fp16.c, ...). */

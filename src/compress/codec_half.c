@@ -178,6 +178,11 @@ static gcclResult_t half_encode(struct encode_ctx* ctx, const float* x, float* r
   return gcclSuccess;
 }
 
+static uint64_t half_payload_offset(const struct frame_header* h, uint64_t first) {
+  (void)h;
+  return 2 * first;
+}
+
 static gcclResult_t half_validate(const struct frame_header* h, const unsigned char* payload) {
   (void)payload;
   if (h->count > UINT64_MAX / 2 || h->payload_bytes != 2 * h->count)
@@ -233,6 +238,7 @@ const struct codec_ops codec_fp16_ops = {
     .validate = half_validate,
     .decode_accumulate = half_decode_accumulate,
     .decode_store_f32 = half_decode_store_f32,
+    .payload_offset = half_payload_offset,
 };
 
 const struct codec_ops codec_bf16_ops = {
@@ -242,4 +248,5 @@ const struct codec_ops codec_bf16_ops = {
     .validate = half_validate,
     .decode_accumulate = half_decode_accumulate,
     .decode_store_f32 = half_decode_store_f32,
+    .payload_offset = half_payload_offset,
 };

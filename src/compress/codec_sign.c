@@ -267,6 +267,12 @@ static gcclResult_t sign_encode(struct encode_ctx* ctx, const float* x, float* r
 
 /* ---- validate and decode ------------------------------------------------------------ */
 
+static uint64_t sign_payload_offset(const struct frame_header* h, uint64_t first) {
+  uint64_t off = 0;
+  sign_payload_size(first, h->bucket, &off); /* first <= count: no overflow in a valid frame */
+  return off;
+}
+
 static gcclResult_t sign_validate(const struct frame_header* h, const unsigned char* payload) {
   uint64_t expect;
   if (h->bucket == 0) return err_set(gcclCorruptData, "sign: bucket 0"); /* frame_validate excludes it too */
@@ -343,4 +349,5 @@ const struct codec_ops codec_sign_ops = {
     .validate = sign_validate,
     .decode_accumulate = sign_decode_accumulate,
     .decode_store_f32 = sign_decode_store_f32,
+    .payload_offset = sign_payload_offset,
 };

@@ -506,6 +506,12 @@ static gcclResult_t uq_encode(struct encode_ctx* ctx, const float* x, float* res
 
 /* ---- validate and decode ------------------------------------------------------------ */
 
+static uint64_t uq_payload_offset(const struct frame_header* h, uint64_t first) {
+  uint64_t off = 0;
+  uq_payload_size(first, h->bucket, h->bits, &off); /* first <= count: no overflow in a valid frame */
+  return off;
+}
+
 static gcclResult_t uq_validate(const struct frame_header* h, const unsigned char* payload) {
   uint64_t expect;
   unsigned bits = h->bits;
@@ -597,4 +603,5 @@ const struct codec_ops codec_uniform_ops = {
     .validate = uq_validate,
     .decode_accumulate = uq_decode_accumulate,
     .decode_store_f32 = uq_decode_store_f32,
+    .payload_offset = uq_payload_offset,
 };

@@ -109,6 +109,16 @@ gcclResult_t frame_decode_accumulate(const void* frame, size_t frame_bytes, void
  * accepted (for dt) and whose header it filled in *h. */
 gcclResult_t frame_accumulate_checked(const struct frame_header* h, const void* frame, void* dst, gcclDataType_t dt);
 
+/* Ranges of a checked fp32 frame: elements [from, from + len) decoded into
+ * dst[0, len), added (store = 0) or written as 0.0f + decoded (store = 1): the
+ * bits that decoding the whole frame gives there. from is a multiple of
+ * frame_range_granule(h), and so is len unless the range ends the tensor. The
+ * granule is 0 for frames that cannot be decoded by ranges (top-k, random-k,
+ * qsgd, terngrad, none), 1 for raw frames and fp16/bf16, else the bucket. */
+size_t frame_range_granule(const struct frame_header* h);
+gcclResult_t frame_decode_range(const struct frame_header* h, const void* frame, size_t from, size_t len, float* dst,
+                                int store);
+
 /* Writes an fp32 frame's n decoded elements to out (dtype dt): straight into out
  * when dt is fp32, else decoded into the fp32 area `stage` and rounded once by
  * f32_store, so every collective rounds its outputs alike. */

@@ -61,17 +61,18 @@ gcclResult_t frame_check(const void* frame, size_t frame_bytes, size_t count, gc
   return gcclSuccess;
 }
 
-/* Decodes a checked frame into dst: adds it (store = 0), or writes 0.0f + the
- * decoded values into an fp32 dst (store = 1, the codec has decode_store_f32). */
-static gcclResult_t decode_checked(const struct frame_header* h, const unsigned char* payload, void* dst,
-                                   gcclDataType_t dt, int store) {
-  size_t nexc = (size_t)h->exceptions, entry = frame_exception_bytes(dt);
-  const unsigned char* e = payload + h->payload_bytes;
+/* Decodes a checked frame's payload into dst: adds it (store = 0), or writes
+ * 0.0f + the decoded values into an fp32 dst (store = 1, the codec has
+ * decode_store_f32). Its exceptions are the nexc entries at e, whose indices
+ * count from `base` (a range of a frame: frame_decode_range). */
+static gcclResult_t decode_checked(const struct frame_header* h, const unsigned char* payload, const unsigned char* e,
+                                   size_t nexc, uint64_t base, void* dst, gcclDataType_t dt, int store) {
+  size_t entry = frame_exception_bytes(dt);
   uint64_t* exc = NULL;
   if (nexc > 0) {
     exc = malloc(nexc * sizeof *exc); /* rare: only inputs with non-finite values */
     if (exc == NULL) return err_set(gcclSystemError, "out of memory decoding %zu exceptions", nexc);
-    for (size_t j = 0; j < nexc; j++) exc[j] = get_u64le(e + j * entry);
+    for (size_t j = 0; j < nexc; j++) exc[j] = get_u64le(e + j * entry) - base;
   }
   const struct codec_ops* ops = codec_ops_for(h->codec);
   gcclResult_t res =
@@ -82,13 +83,19 @@ static gcclResult_t decode_checked(const struct frame_header* h, const unsigned 
   return res;
 }
 
+/* decode_checked of a whole frame. */
+static gcclResult_t decode_frame(const struct frame_header* h, const unsigned char* payload, void* dst,
+                                 gcclDataType_t dt, int store) {
+  return decode_checked(h, payload, payload + h->payload_bytes, (size_t)h->exceptions, 0, dst, dt, store);
+}
+
 gcclResult_t frame_accumulate_checked(const struct frame_header* h, const void* frame, void* dst, gcclDataType_t dt) {
   const unsigned char* payload = (const unsigned char*)frame + FRAME_HEADER_BYTES;
   if (h->flags & FRAME_FLAG_RAW) {
     raw_accumulate(dst, payload, (size_t)h->count, dt);
     return gcclSuccess;
   }
-  return decode_checked(h, payload, dst, dt, 0);
+  return decode_frame(h, payload, dst, dt, 0);
 }
 
 gcclResult_t frame_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count,
@@ -105,14 +112,66 @@ gcclResult_t frame_decode_f32_to(const void* frame, size_t frame_bytes, void* ou
   GCCL_CHECK(frame_check(frame, frame_bytes, n, gcclFloat32, &h));
   const unsigned char* payload = (const unsigned char*)frame + FRAME_HEADER_BYTES;
   if (!(h.flags & FRAME_FLAG_RAW) && codec_ops_for(h.codec)->decode_store_f32) {
-    GCCL_CHECK(decode_checked(&h, payload, dst, gcclFloat32, 1));
+    GCCL_CHECK(decode_frame(&h, payload, dst, gcclFloat32, 1));
   } else {
     memset(dst, 0, n * sizeof(float));
     if (h.flags & FRAME_FLAG_RAW)
       raw_accumulate(dst, payload, n, gcclFloat32);
     else
-      GCCL_CHECK(decode_checked(&h, payload, dst, gcclFloat32, 0));
+      GCCL_CHECK(decode_frame(&h, payload, dst, gcclFloat32, 0));
   }
   if (dt != gcclFloat32) f32_store(out, dt, stage, n);
   return gcclSuccess;
+}
+
+size_t frame_range_granule(const struct frame_header* h) {
+  if (h->flags & FRAME_FLAG_RAW) return 1;
+  const struct codec_ops* ops = codec_ops_for(h->codec);
+  if (ops == NULL || ops->payload_offset == NULL) return 0;
+  return h->bucket ? h->bucket : 1;
+}
+
+/* The first of the n exception entries at e (increasing indices) whose index is
+ * at least i. */
+static size_t exceptions_from(const unsigned char* e, size_t n, size_t entry, uint64_t i) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (get_u64le(e + mid * entry) < i)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+gcclResult_t frame_decode_range(const struct frame_header* h, const void* frame, size_t from, size_t len, float* dst,
+                                int store) {
+  size_t g = frame_range_granule(h);
+  if (g == 0 || h->dtype != gcclFloat32 || from % g != 0 || from > h->count || len > h->count - from ||
+      (len % g != 0 && from + len != h->count))
+    return err_set(gcclInternalError, "frame_decode_range: [%zu, +%zu) of a frame of %llu elements, granule %zu", from,
+                   len, (unsigned long long)h->count, g);
+  const unsigned char* payload = (const unsigned char*)frame + FRAME_HEADER_BYTES;
+  if (h->flags & FRAME_FLAG_RAW) {
+    if (store && len) memset(dst, 0, len * sizeof(float));
+    raw_accumulate(dst, payload + from * sizeof(float), len, gcclFloat32);
+    return gcclSuccess;
+  }
+  const struct codec_ops* ops = codec_ops_for(h->codec);
+  uint64_t off = ops->payload_offset(h, from);
+  uint64_t end = from + len == h->count ? h->payload_bytes : ops->payload_offset(h, from + len);
+  size_t entry = frame_exception_bytes(gcclFloat32);
+  const unsigned char* e = payload + h->payload_bytes;
+  size_t lo = exceptions_from(e, (size_t)h->exceptions, entry, from);
+  size_t hi = exceptions_from(e, (size_t)h->exceptions, entry, from + len);
+  struct frame_header sub = *h;
+  sub.count = len;
+  sub.payload_bytes = end - off;
+  sub.exceptions = hi - lo;
+  if (store && !ops->decode_store_f32) {
+    if (len) memset(dst, 0, len * sizeof(float));
+    store = 0;
+  }
+  return decode_checked(&sub, payload + off, e + lo * entry, hi - lo, from, dst, gcclFloat32, store);
 }

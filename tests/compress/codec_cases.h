@@ -326,6 +326,19 @@ inline std::string LastError() {
   return gcclGetLastError(nullptr);
 }
 
+// x's fp32 frame from a fresh compressor of spec (residual 0), exactly sized.
+inline std::vector<unsigned char> EncodeFresh(const std::string& spec, const std::vector<float>& x) {
+  gcclCompressor_t c = nullptr;
+  EXPECT_EQ(gcclCompressorCreate(&c, spec.c_str(), x.size(), gcclFloat32), gcclSuccess) << LastError();
+  size_t bound = 0, bytes = 0;
+  EXPECT_EQ(gcclEncodeBound(c, &bound), gcclSuccess);
+  std::vector<unsigned char> f(bound);
+  EXPECT_EQ(gcclEncode(c, x.data(), f.data(), f.size(), &bytes), gcclSuccess) << LastError();
+  f.resize(bytes);
+  gcclCompressorDestroy(c);
+  return f;
+}
+
 }  // namespace codec_cases
 
 #endif

@@ -46,18 +46,6 @@ std::vector<float> Input(size_t n, uint32_t seed, Kind kind) {
   return x;
 }
 
-Frame Encode(const std::string& spec, const std::vector<float>& x) {
-  gcclCompressor_t c = nullptr;
-  EXPECT_EQ(gcclCompressorCreate(&c, spec.c_str(), x.size(), gcclFloat32), gcclSuccess) << gcclGetLastError(nullptr);
-  size_t bound = 0, bytes = 0;
-  EXPECT_EQ(gcclEncodeBound(c, &bound), gcclSuccess);
-  Frame f(bound);
-  EXPECT_EQ(gcclEncode(c, x.data(), f.data(), f.size(), &bytes), gcclSuccess) << gcclGetLastError(nullptr);
-  f.resize(bytes);
-  gcclCompressorDestroy(c);
-  return f;
-}
-
 // The frame-by-frame sum: a cleared output, then every frame accumulated in order.
 std::vector<float> Reference(const std::vector<Frame>& frames, size_t n) {
   std::vector<float> out(n, 0.0f);
@@ -91,7 +79,8 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 
 std::vector<Frame> Frames(const std::string& spec, size_t n, int p, Kind kind) {
   std::vector<Frame> frames;
-  for (int r = 0; r < p; r++) frames.push_back(Encode(spec, Input(n, 31 * static_cast<uint32_t>(r) + 5, kind)));
+  for (int r = 0; r < p; r++)
+    frames.push_back(codec_cases::EncodeFresh(spec, Input(n, 31 * static_cast<uint32_t>(r) + 5, kind)));
   return frames;
 }
 
@@ -124,8 +113,8 @@ TEST(FramesSum, RawAndTopkFramesMixed) {
   for (size_t n : kCounts) {
     SCOPED_TRACE("n=" + std::to_string(n));
     std::vector<Frame> frames = Frames("topk:ratio=0.02", n, 2, Kind::kSpecials);
-    frames.insert(frames.begin() + 1, Encode("topk:ratio=0.02", Input(n, 99, Kind::kMostlyNan)));
-    frames.push_back(Encode("topk:ratio=0.02", Input(n, 98, Kind::kMostlyNan)));
+    frames.insert(frames.begin() + 1, codec_cases::EncodeFresh("topk:ratio=0.02", Input(n, 99, Kind::kMostlyNan)));
+    frames.push_back(codec_cases::EncodeFresh("topk:ratio=0.02", Input(n, 98, Kind::kMostlyNan)));
     if (n >= 2) {
       frame_header h;
       ASSERT_EQ(frame_check(frames[1].data(), frames[1].size(), n, gcclFloat32, &h), gcclSuccess);
@@ -141,7 +130,7 @@ TEST(FramesSum, OtherCodecsEqualFrameByFrame) {
     for (size_t n : {size_t{0}, size_t{7}, size_t{4097}}) {
       SCOPED_TRACE(std::string(spec) + " n=" + std::to_string(n));
       std::vector<Frame> frames = Frames(spec, n, 3, Kind::kSpecials);
-      if (n > 0) frames.insert(frames.begin(), Encode("topk:ratio=0.1", Input(n, 3, Kind::kNormal)));
+      if (n > 0) frames.insert(frames.begin(), codec_cases::EncodeFresh("topk:ratio=0.1", Input(n, 3, Kind::kNormal)));
       ExpectSameAsFrameByFrame(frames, n);
     }
 }
