@@ -116,7 +116,7 @@ TEST(SraModel, DeterministicCodecsMatchTheModelBitForBit) {
         Vec want = Model(spec, x, n);
         for (int r = 0; r < p; r++) {
           ASSERT_EQ(res[static_cast<size_t>(r)], gcclSuccess) << "rank " << r;
-          ASSERT_EQ(0, std::memcmp(out[static_cast<size_t>(r)].data(), want.data(), n * sizeof(float)))
+          ASSERT_TRUE(n == 0 || std::memcmp(out[static_cast<size_t>(r)].data(), want.data(), n * sizeof(float)) == 0)
               << "rank " << r << " differs from the model";
         }
       }
