@@ -109,13 +109,12 @@ gcclResult_t sparse_frames_sum(struct coll_ctx* ctx, const struct coll_args* a, 
   struct transport* tp = ctx->tp;
   int p = ctx->nranks, me = ctx->rank;
   size_t n = a->count, up = (size_t)p;
-  /* after the own frame: sizes (everyone's, then mine), requests, frame addresses
-   * and lengths, checked headers, frames, fp32 sum */
+  /* after the own frame: sizes (everyone's, then mine), requests, frame
+   * addresses, checked headers, frames, fp32 sum */
   size_t sizes_at = coll_align64(own_at + own_bytes);
   size_t reqs_at = sizes_at + coll_align64((up + 1) * sizeof(uint64_t));
   size_t ptrs_at = reqs_at + coll_align64(2 * up * sizeof(tp_req));
-  size_t lens_at = ptrs_at + coll_align64(up * sizeof(unsigned char*));
-  size_t heads_at = lens_at + coll_align64(up * sizeof(size_t));
+  size_t heads_at = ptrs_at + coll_align64(up * sizeof(unsigned char*));
   size_t frames_at = heads_at + coll_align64(up * sizeof(struct frame_header));
   unsigned char* base;
   GCCL_CHECK(workspace_keep(ctx, own_at + own_bytes, frames_at, &base));
@@ -138,7 +137,6 @@ gcclResult_t sparse_frames_sum(struct coll_ctx* ctx, const struct coll_args* a, 
   tp_req* sreq = (tp_req*)(void*)(base + reqs_at);
   tp_req* rreq = sreq + p;
   const unsigned char** frame = (const unsigned char**)(void*)(base + ptrs_at);
-  size_t* len = (size_t*)(void*)(base + lens_at);
   struct frame_header* head = (struct frame_header*)(void*)(base + heads_at);
   for (int r = 0; r < p; r++) sreq[r] = rreq[r] = -1;
 
@@ -147,12 +145,12 @@ gcclResult_t sparse_frames_sum(struct coll_ctx* ctx, const struct coll_args* a, 
   size_t at = frames_at;
   for (int r = 0; r < p; r++) {
     if (r == me) {
-      frame[r] = base + own_at, len[r] = own_bytes;
+      frame[r] = base + own_at; /* sizes[me] is own_bytes */
       continue;
     }
-    frame[r] = base + at, len[r] = (size_t)sizes[r];
-    GCCL_CHECK(tp->ops->irecv(tp, r, base + at, len[r], &rreq[r]));
-    at += coll_align64(len[r]);
+    frame[r] = base + at;
+    GCCL_CHECK(tp->ops->irecv(tp, r, base + at, (size_t)sizes[r], &rreq[r]));
+    at += coll_align64((size_t)sizes[r]);
   }
   for (int k = 1; k < p; k++) {
     int q = (me + k) % p;
@@ -165,14 +163,13 @@ gcclResult_t sparse_frames_sum(struct coll_ctx* ctx, const struct coll_args* a, 
     GCCL_CHECK(coll_output_clear(a, acc, n));
     for (int r = 0; r < p; r++) {
       if (r != me) GCCL_CHECK(coll_wait(tp, &rreq[r]));
-      GCCL_CHECK(coll_output_add(a, frame[r], len[r], acc, n));
+      GCCL_CHECK(coll_output_add(a, frame[r], (size_t)sizes[r], acc, n));
     }
-  } else { /* each frame checked as it arrives, then all summed a block at a time */
-    GCCL_CHECK(frame_check(frame[me], len[me], n, gcclFloat32, &head[me]));
-    for (int r = 0; r < p; r++) {
-      if (r == me) continue;
-      GCCL_CHECK(coll_wait(tp, &rreq[r]));
-      GCCL_CHECK(frame_check(frame[r], len[r], n, gcclFloat32, &head[r]));
+  } else {                        /* each frame checked as it arrives, then all summed a block at a time */
+    for (int r = 0; r < p; r++) { /* mine first: it needs no wait */
+      int q = (me + r) % p;
+      GCCL_CHECK(coll_wait(tp, &rreq[q]));
+      GCCL_CHECK(frame_check(frame[q], (size_t)sizes[q], n, gcclFloat32, &head[q]));
     }
     GCCL_CHECK(frames_sum_f32(frame, head, p, acc, n));
   }

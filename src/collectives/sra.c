@@ -127,41 +127,45 @@ static int small_frames(const struct gcclCompressor* c, size_t n) {
   return c->ops->payload_bound != NULL && c->ops->payload_bound(&c->spec, n) <= n * sizeof(float) / BLOCKS_MIN_RATIO;
 }
 
-/* Phase 1's sum once every peer's frame is in, SUM_BLOCK elements at a time:
- * each block of the sum gets its terms in rank order (the rank's own part exactly,
- * every frame's range decoded), so it stays in L1 across the p terms instead of
- * going to memory and back once per term. Same additions in the same order per
- * element as term by term, so the same bits. Frames without ranges (a peer's
- * frame of another codec) fall back to term by term. */
-static gcclResult_t sum_by_blocks(struct coll_ctx* ctx, const struct coll_args* a, struct sra_work* w, size_t my_off,
-                                  size_t my_len) {
-  struct transport* tp = ctx->tp;
-  struct gcclCompressor* c = a->comp;
-  int p = ctx->nranks, me = ctx->rank;
-  size_t size = dtype_size(a->dt), g = 1;
-  const unsigned char* in = a->sendbuff;
+/* Waits for every peer's frame of this rank's part (my_len elements) and checks
+ * it; *block = elements per block of the sum when every frame decodes by
+ * ranges of whole buckets with a common block (a multiple of every granule),
+ * else 0. */
+static gcclResult_t frames_in(struct coll_ctx* ctx, struct sra_work* w, size_t my_len, size_t* block) {
+  int p = ctx->nranks;
+  size_t g = 1;
   int ranges = 1;
   for (int r = 0; r < p; r++) {
-    if (r == me) continue;
-    GCCL_CHECK(coll_wait(tp, &w->rreq[r]));
+    if (r == ctx->rank) continue;
+    GCCL_CHECK(coll_wait(ctx->tp, &w->rreq[r]));
     GCCL_CHECK(frame_check(in_frame(w, r), w->got[r], my_len, gcclFloat32, &w->head[r]));
     size_t gr = frame_range_granule(&w->head[r]);
-    if (gr == 0 || (gr > g ? gr % g : g % gr) != 0) ranges = 0; /* no ranges, or no common block */
+    if (gr == 0 || (gr > g ? gr % g : g % gr) != 0) ranges = 0;
     if (gr > g) g = gr;
   }
-  size_t block = ranges ? (g >= SUM_BLOCK ? g : SUM_BLOCK / g * g) : my_len;
+  *block = !ranges ? 0 : g >= SUM_BLOCK ? g : SUM_BLOCK / g * g;
+  return gcclSuccess;
+}
+
+/* Phase 1's sum once every peer's frame is in (frames_in), `block` elements at a
+ * time: each block of the sum gets its terms in rank order (the rank's own part
+ * exactly, every frame's range decoded), so it stays in L1 across the p terms
+ * instead of going to memory and back once per term. Same additions in the same
+ * order per element as term by term, so the same bits. */
+static gcclResult_t sum_by_blocks(struct coll_ctx* ctx, const struct coll_args* a, struct sra_work* w, size_t my_off,
+                                  size_t my_len, size_t block) {
+  struct gcclCompressor* c = a->comp;
+  int p = ctx->nranks, me = ctx->rank;
+  size_t size = dtype_size(a->dt);
+  const unsigned char* in = a->sendbuff;
   for (size_t b0 = 0; b0 < my_len; b0 += block) {
     size_t m = my_len - b0 < block ? my_len - b0 : block;
     for (int r = 0; r < p; r++) {
       if (r == me)
         GCCL_CHECK(compressor_accumulate_exact(c, in + (my_off + b0) * size, a->dt, a->comp_first + my_off + b0, m,
                                                w->sum + b0, r == 0));
-      else if (ranges)
-        GCCL_CHECK(frame_decode_range(&w->head[r], in_frame(w, r), b0, m, w->sum + b0, r == 0));
-      else if (r == 0)
-        GCCL_CHECK(frame_decode_f32_to(in_frame(w, r), w->got[r], w->sum, gcclFloat32, my_len, NULL));
       else
-        GCCL_CHECK(frame_decode_accumulate(in_frame(w, r), w->got[r], w->sum, my_len, gcclFloat32));
+        GCCL_CHECK(frame_decode_range(&w->head[r], in_frame(w, r), b0, m, w->sum + b0, r == 0));
     }
   }
   return gcclSuccess;
@@ -190,9 +194,12 @@ static gcclResult_t scatter_reduce(struct coll_ctx* ctx, const struct coll_args*
                                      w->slot, &w->sent[j]));
     GCCL_CHECK(tp->ops->isend(tp, j, out_frame(w, j), w->sent[j], &w->sreq[j]));
   }
-  if (my_len && small_frames(c, my_len)) return sum_by_blocks(ctx, a, w, my_off, my_len);
-  /* the first term in rank order writes the sum (as if added to +0.0f), the
-   * others add to it: no clearing pass, one read of the sum fewer */
+  size_t block = 0;
+  if (my_len && small_frames(c, my_len)) GCCL_CHECK(frames_in(ctx, w, my_len, &block));
+  if (block) return sum_by_blocks(ctx, a, w, my_off, my_len, block);
+  /* term by term: the first in rank order writes the sum (as if added to +0.0f),
+   * the others add to it: no clearing pass, one read of the sum fewer (a wait
+   * returns at once for a frame frames_in has waited for) */
   for (int r = 0; r < p; r++) {
     if (r == me) {
       GCCL_CHECK(

@@ -28,7 +28,6 @@
 
 #define BLOCK 4096    /* output elements built at a time: 16 KiB, half of L1 */
 #define CURSOR_BUF 64 /* entries a cursor decodes at a time */
-#define EXC_BYTES 12  /* an fp32 frame's exception: index u64, value f32 */
 
 struct cursor {
   int raw;
@@ -43,7 +42,7 @@ struct cursor {
 };
 
 static uint64_t exc_index(const struct cursor* c, size_t j) {
-  return get_u64le(c->exc + j * EXC_BYTES);
+  return get_u64le(c->exc + j * frame_exception_bytes(gcclFloat32));
 }
 
 /* Adds the frame's contributions to elements [b0, b1) into blk (blk[0] is b0). */
@@ -71,7 +70,7 @@ static void cursor_add_block(struct cursor* c, float* blk, size_t b0, size_t b1)
   for (; c->added < c->nexc; c->added++) {
     uint64_t i = exc_index(c, c->added);
     if (i >= b1) break;
-    blk[i - b0] += get_f32(c->exc + c->added * EXC_BYTES + 8);
+    blk[i - b0] += get_f32(c->exc + c->added * frame_exception_bytes(gcclFloat32) + 8);
   }
 }
 
