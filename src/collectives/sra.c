@@ -33,6 +33,21 @@
  * which measured faster than p-1 staggered pairwise steps (for even p one step
  * sends both ways over each pair's connection).
  *
+ * Decoding while the transport waits on us: MPI moves a large message only once
+ * its receiver has answered the sender's handshake, which it does inside MPI
+ * calls, so a rank decoding a frame for 10 ms holds up every frame sent to it
+ * meanwhile. Frames that decode by ranges are decoded a slice at a time with
+ * the transport's progress between slices (decode_sliced): each ring step's
+ * transfer then starts when its sender posts it (1 Gbit/s test bed, fp16: a
+ * ring step's median 112 instead of 120-125 ms, BENCHMARKS.md). For the same
+ * reason the ring's first receive is posted before phase 1's sum (into the slot
+ * of this rank's own part, which phase 1 leaves unused), so a neighbour that
+ * finishes phase 1 first starts sending while this rank still sums. Phase 1's encodes
+ * run without progress on purpose: then every rank answers its peers'
+ * handshakes together once its encodes are done, and the p-1 flows into each
+ * host start and end together; answered as they came, they started staggered
+ * and the last ended up to 100 ms later.
+ *
  * In place: rank r reads sendbuff only in phase 1 (encodes, and its own chunk in
  * the sum); phase 2 alone writes recvbuff. Sends and receives use workspace frames.
  *
@@ -66,6 +81,8 @@ struct sra_work {
   float* sum;                /* the owner's fp32 sum */
   float* stage;              /* fp32 decode area for outputs that are not fp32 */
   struct frame_header* head; /* [p] the received frames' checked headers */
+  tp_req ring_first;         /* allreduce: the ring's first receive, posted early, or -1 */
+  size_t ring_first_got;     /* its size */
 };
 
 /* Lays the workspace out: 2p frame slots of `frame_bytes`, and two fp32 areas of
@@ -89,6 +106,7 @@ static gcclResult_t sra_work_get(struct coll_ctx* ctx, size_t frame_bytes, size_
   w->sum = (float*)(void*)(w->in + p * w->slot);
   w->stage = (float*)(void*)((unsigned char*)w->sum + sum_bytes);
   for (size_t r = 0; r < p; r++) w->sreq[r] = w->rreq[r] = -1;
+  w->ring_first = -1;
   return gcclSuccess;
 }
 
@@ -97,6 +115,30 @@ static unsigned char* out_frame(const struct sra_work* w, int r) {
 }
 static unsigned char* in_frame(const struct sra_work* w, int r) {
   return w->in + (size_t)r * w->slot;
+}
+
+/* Elements decoded between two calls of the transport's progress: ~0.3 ms. */
+#define PROGRESS_SLICE ((size_t)1 << 18)
+
+/* Decodes a frame of n elements into the fp32 dst (added when add, else
+ * stored), checked whole first, then a slice at a time with the transport's
+ * progress (where it has one) between slices (see the top of the file); frames
+ * that do not decode by ranges in one go. Same bits either way. */
+static gcclResult_t decode_sliced(struct transport* tp, const void* frame, size_t bytes, size_t n, float* dst,
+                                  int add) {
+  struct frame_header h;
+  GCCL_CHECK(frame_check(frame, bytes, n, gcclFloat32, &h));
+  size_t g = frame_range_granule(&h);
+  if (g == 0) {
+    if (!add) memset(dst, 0, n * sizeof *dst); /* stored = added to +0.0f, as frame_decode_f32_to does */
+    return frame_accumulate_checked(&h, frame, dst, gcclFloat32);
+  }
+  size_t slice = (PROGRESS_SLICE + g - 1) / g * g;
+  for (size_t from = 0; from < n; from += slice) {
+    GCCL_CHECK(frame_decode_range(&h, frame, from, n - from < slice ? n - from : slice, dst + from, !add));
+    if (tp->ops->progress) tp->ops->progress(tp);
+  }
+  return gcclSuccess;
 }
 
 /* Waits for every pending send (their frames must outlive them). */
@@ -158,6 +200,8 @@ static gcclResult_t sum_by_blocks(struct coll_ctx* ctx, const struct coll_args* 
   int p = ctx->nranks, me = ctx->rank;
   size_t size = dtype_size(a->dt);
   const unsigned char* in = a->sendbuff;
+  struct transport* tp = ctx->tp;
+  size_t since_progress = 0;
   for (size_t b0 = 0; b0 < my_len; b0 += block) {
     size_t m = my_len - b0 < block ? my_len - b0 : block;
     for (int r = 0; r < p; r++) {
@@ -166,6 +210,10 @@ static gcclResult_t sum_by_blocks(struct coll_ctx* ctx, const struct coll_args* 
                                                w->sum + b0, r == 0));
       else
         GCCL_CHECK(frame_decode_range(&w->head[r], in_frame(w, r), b0, m, w->sum + b0, r == 0));
+    }
+    if ((since_progress += m * (size_t)p) >= PROGRESS_SLICE && tp->ops->progress) {
+      tp->ops->progress(tp);
+      since_progress = 0;
     }
   }
   return gcclSuccess;
@@ -194,6 +242,12 @@ static gcclResult_t scatter_reduce(struct coll_ctx* ctx, const struct coll_args*
                                      w->slot, &w->sent[j]));
     GCCL_CHECK(tp->ops->isend(tp, j, out_frame(w, j), w->sent[j], &w->sreq[j]));
   }
+  /* allreduce: the ring's first frame (chunk prev's, from prev) may come while
+   * this rank sums; after prev's phase-1 frame on that lane, so matched after it */
+  int prev = (me - 1 + p) % p;
+  part_of(a, p, prev, &off, &len);
+  if (a->kind == COLL_ALLREDUCE && p > 1 && len)
+    GCCL_CHECK(tp->ops->irecv_upto(tp, prev, in_frame(w, me), w->slot, &w->ring_first_got, &w->ring_first));
   size_t block = 0;
   if (my_len && small_frames(c, my_len)) GCCL_CHECK(frames_in(ctx, w, my_len, &block));
   if (block) return sum_by_blocks(ctx, a, w, my_off, my_len, block);
@@ -206,10 +260,7 @@ static gcclResult_t scatter_reduce(struct coll_ctx* ctx, const struct coll_args*
           compressor_accumulate_exact(c, in + my_off * size, a->dt, a->comp_first + my_off, my_len, w->sum, r == 0));
     } else if (my_len) {
       GCCL_CHECK(coll_wait(tp, &w->rreq[r]));
-      if (r == 0)
-        GCCL_CHECK(frame_decode_f32_to(in_frame(w, r), w->got[r], w->sum, gcclFloat32, my_len, NULL));
-      else
-        GCCL_CHECK(frame_decode_accumulate(in_frame(w, r), w->got[r], w->sum, my_len, gcclFloat32));
+      GCCL_CHECK(decode_sliced(tp, in_frame(w, r), w->got[r], my_len, w->sum, r != 0));
     }
   }
   return gcclSuccess;
@@ -226,29 +277,45 @@ gcclResult_t reducescatter_sra(struct coll_ctx* ctx, const struct coll_args* a) 
 
 /* Phase 2, a ring of frames: the owner's frame travels me -> me+1 -> ... unchanged,
  * so at each step every rank sends one frame to next and receives one from prev.
- * A frame is decoded while the step that forwards it is in flight. */
+ * A frame is decoded while the step that forwards it is in flight. The frame of
+ * chunk c lands in in_frame(w, c), except chunk prev's when phase 1 posted its
+ * receive early (w->ring_first): that one lands in in_frame(w, me). */
 static gcclResult_t frames_ring(struct coll_ctx* ctx, const struct coll_args* a, struct sra_work* w, size_t my_bytes) {
   struct transport* tp = ctx->tp;
   int p = ctx->nranks, me = ctx->rank, next = (me + 1) % p, prev = (me - 1 + p) % p;
-  size_t off, len;
-  w->got[me] = my_bytes;
-  int have = me; /* the chunk whose frame goes to next at this step */
+  int early = w->ring_first >= 0;
+  unsigned char* frame = out_frame(w, me); /* the frame that goes to next at this step */
+  size_t bytes = my_bytes, off, len;
+  int have = me; /* its chunk */
   for (int s = 0; s < p; s++) {
     int want = (me - s - 1 + p) % p; /* arrives from prev at this step */
+    unsigned char* into = early && want == prev ? in_frame(w, me) : in_frame(w, want);
+    size_t* into_got = early && want == prev ? &w->ring_first_got : &w->got[want];
     size_t hoff, hlen;
     part_of(a, p, have, &hoff, &hlen);
-    unsigned char* frame = have == me ? out_frame(w, me) : in_frame(w, have);
     tp_req recv = -1;
     if (s < p - 1) {
       part_of(a, p, want, &off, &len);
-      if (len) GCCL_CHECK(tp->ops->irecv_upto(tp, prev, in_frame(w, want), w->slot, &w->got[want], &recv));
+      if (s == 0 && early) {
+        recv = w->ring_first;
+        w->ring_first = -1;
+      } else if (len) {
+        GCCL_CHECK(tp->ops->irecv_upto(tp, prev, into, w->slot, into_got, &recv));
+      }
       /* the last step only decodes: the frame has gone round */
-      if (hlen) GCCL_CHECK(tp->ops->isend(tp, next, frame, w->got[have], &w->sreq[next]));
+      if (hlen) GCCL_CHECK(tp->ops->isend(tp, next, frame, bytes, &w->sreq[next]));
     }
-    if (hlen) GCCL_CHECK(coll_output_frame(a, frame, w->got[have], hoff, hlen, w->stage));
+    if (hlen && a->dt == gcclFloat32 && !a->device_recv)
+      GCCL_CHECK(decode_sliced(tp, frame, bytes, hlen, (float*)a->recvbuff + hoff, 0));
+    else if (hlen)
+      GCCL_CHECK(coll_output_frame(a, frame, bytes, hoff, hlen, w->stage));
     GCCL_CHECK(coll_wait(tp, &recv));
     GCCL_CHECK(coll_wait(tp, &w->sreq[next])); /* its frame is forwarded from this slot later */
-    have = want;
+    if (s < p - 1) {                           /* what arrived goes on at the next step */
+      have = want;
+      frame = into;
+      bytes = *into_got;
+    }
   }
   return gcclSuccess;
 }

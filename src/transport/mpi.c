@@ -11,7 +11,10 @@
  *
  * Waiting. MPI progresses only inside MPI calls. A wait polls MPI_Test on its own
  * request, on the lanes' chunked messages and on the control receive, and yields
- * the core between polls (ranks outnumber cores on the test machines).
+ * the core between polls (ranks outnumber cores on the test machines). Between
+ * slices of codec work, schedules call progress (one such poll, no waiting), so a
+ * peer's large message, which needs this rank's answer to its handshake, starts
+ * flowing when it arrives instead of when this rank next waits.
  *
  * Failure. Every rank keeps one receive posted on the control tag from any
  * source. A rank whose wait fails, or that aborts, sends a control message to
@@ -628,6 +631,12 @@ static void mt_destroy(struct transport* tp) {
   mt_free(t, coll_pending);
 }
 
+static void mt_progress(struct transport* tp) {
+  struct mpi_tp* t = mt(tp);
+  poll_lanes(t);
+  control_poll(t); /* its MPI_Test drives MPI's progress engine */
+}
+
 static const struct transport_ops mpi_ops = {
     .name = "mpi",
     .isend = mt_isend,
@@ -640,6 +649,7 @@ static const struct transport_ops mpi_ops = {
     .abort = mt_abort,
     .broken = mt_broken,
     .destroy = mt_destroy,
+    .progress = mt_progress,
 };
 
 size_t mpi_transport_chunk_bytes(const struct transport* tp) {

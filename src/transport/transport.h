@@ -51,6 +51,12 @@ struct transport_ops {
   /* The reason the transport is broken, or gcclSuccess. */
   gcclResult_t (*broken)(struct transport* tp);
   void (*destroy)(struct transport* tp);
+  /* Optional (NULL: messages move without the caller, as between threads): lets
+   * pending messages move without waiting for any. MPI moves a message only
+   * inside MPI calls and answers a large message's handshake there, so a
+   * schedule calls this between slices of long codec work: a peer's send then
+   * starts when it arrives, not when this rank next waits. */
+  void (*progress)(struct transport* tp);
 };
 
 struct transport {

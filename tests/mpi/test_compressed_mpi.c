@@ -150,6 +150,19 @@ static void plan_counts(void) {
   memcpy(counts, quick ? few : all, (size_t)ncounts * sizeof *counts);
 }
 
+/* sra with parts longer than one decode slice (sra.c: 2^18 elements, MPI's
+ * progress between slices) and its ring's first receive posted before phase 1's
+ * sum: fp16 and uniform decode by slices, sign sums by blocks. */
+static void long_part_cases(void) {
+  mc_setenv("GCCL_ALGO", "sra");
+  gcclComm_t comm = mc_comm(MPI_COMM_WORLD);
+  mc_setenv("GCCL_ALGO", NULL);
+  if (!comm) return;
+  size_t count = (size_t)mc_nranks * 300001 + 5;
+  for (int s = 0; s < 3; s++) check_allreduce(comm, quantizers[s], count, s % 2);
+  MC_OK(gcclCommDestroy(comm), NULL);
+}
+
 /* Allreduce of each spec on a communicator made with GCCL_ALGO=algo (and
  * GCCL_RANKS_PER_NODE=ranks_per_node when not NULL). */
 static void allreduce_cases(const char* algo, const char* ranks_per_node, const char* const* specs, size_t nspecs) {
@@ -191,6 +204,7 @@ int main(int argc, char** argv) {
   allreduce_cases(NULL, NULL, all_specs, 6);
   if (!quick) {
     allreduce_cases("sra", NULL, quantizers, 3);
+    long_part_cases();
     allreduce_cases("ring-requant", NULL, quantizers, 2);
     allreduce_cases("sparse-ag", NULL, sparse, 2);
     allreduce_cases("sparse-sr", NULL, sparse, 2);
