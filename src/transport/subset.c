@@ -92,6 +92,11 @@ static gcclResult_t subset_broken(struct transport* tp) {
   return g->parent->ops->broken(g->parent);
 }
 
+static void subset_progress(struct transport* tp) {
+  struct transport* parent = gt(tp)->parent;
+  if (parent->ops->progress) parent->ops->progress(parent);
+}
+
 static void subset_destroy(struct transport* tp) {
   struct subset_tp* g = gt(tp);
   free(g->members);
@@ -112,6 +117,7 @@ static const struct transport_ops subset_ops = {
     .abort = subset_abort,
     .broken = subset_broken,
     .destroy = subset_destroy,
+    .progress = subset_progress,
 };
 
 gcclResult_t subset_transport_create(struct transport** out, struct transport* parent, const int* members, int n) {
