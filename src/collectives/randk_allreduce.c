@@ -34,9 +34,6 @@
 #include "../compress/topk.h"
 #include "sparse.h"
 
-/* Bytes of one exception entry of an fp32 frame: index u64, value f32. */
-#define EXC_BYTES 12
-
 gcclResult_t allreduce_randk(struct coll_ctx* ctx, const struct coll_args* a) {
   struct transport* tp = ctx->tp;
   struct gcclCompressor* c = a->comp;
@@ -44,7 +41,7 @@ gcclResult_t allreduce_randk(struct coll_ctx* ctx, const struct coll_args* a) {
   size_t n = a->count, up = (size_t)p, bound = compressor_bound_f32(c, n), k = sparse_k(c->spec.ratio, n);
   /* workspace: my frame | flags (everyone's, then mine) | the sum frame | fp32 output */
   size_t flags_at = coll_align64(bound), sum_at = flags_at + coll_align64(up + 1);
-  size_t sum_room = FRAME_HEADER_BYTES + k * (sizeof(float) + EXC_BYTES);
+  size_t sum_room = FRAME_HEADER_BYTES + k * (sizeof(float) + FRAME_EXCEPTION_BYTES_F32);
   size_t out_at = sum_at + coll_align64(sum_room);
   size_t total = out_at + (a->dt == gcclFloat32 ? 0 : n * sizeof(float));
   unsigned char* base;
@@ -78,8 +75,8 @@ gcclResult_t allreduce_randk(struct coll_ctx* ctx, const struct coll_args* a) {
   size_t nexc = 0;
   for (size_t j = 0; j < k; j++) {
     if (f32_finite(values[j])) continue;
-    put_u64le(exc + nexc * EXC_BYTES, randk_index(h.rng_key, n, k, j));
-    put_f32(exc + nexc * EXC_BYTES + 8, values[j]);
+    put_u64le(exc + nexc * FRAME_EXCEPTION_BYTES_F32, randk_index(h.rng_key, n, k, j));
+    put_f32(exc + nexc * FRAME_EXCEPTION_BYTES_F32 + 8, values[j]);
     values[j] = 0.0f;
     nexc++;
   }
@@ -89,7 +86,8 @@ gcclResult_t allreduce_randk(struct coll_ctx* ctx, const struct coll_args* a) {
   GCCL_CHECK(frame_header_write(sum_frame, sum_room, &h));
   float* out = a->dt == gcclFloat32 ? a->recvbuff : (float*)(void*)(base + out_at);
   GCCL_CHECK(coll_output_clear(a, out, n));
-  GCCL_CHECK(coll_output_add(a, sum_frame, FRAME_HEADER_BYTES + h.payload_bytes + nexc * EXC_BYTES, out, n));
+  GCCL_CHECK(
+      coll_output_add(a, sum_frame, FRAME_HEADER_BYTES + h.payload_bytes + nexc * FRAME_EXCEPTION_BYTES_F32, out, n));
   if (a->dt != gcclFloat32) f32_store(a->recvbuff, a->dt, out, n);
   return gcclSuccess;
 }

@@ -66,7 +66,6 @@
 #define RANGE_DENSE 0x44505347u  /* "GSPD" */
 #define KEY_MASK 0x7FFFFFFFu
 #define KEY_INF 0x7F800000u
-#define EXC_BYTES 12 /* an fp32 frame's exception: index u64, value f32 */
 
 static uint32_t f32_bits(float f) {
   uint32_t u;
@@ -389,7 +388,7 @@ static int entries_next(struct entries* s, size_t* i, float* v) {
     s->have = topk_reader_next(&s->rd, s->idx, s->val, 256);
     s->pos = 0;
   }
-  uint64_t ei = s->e < s->nexc ? get_u64le(s->exc + EXC_BYTES * s->e) : UINT64_MAX;
+  uint64_t ei = s->e < s->nexc ? get_u64le(s->exc + FRAME_EXCEPTION_BYTES_F32 * s->e) : UINT64_MAX;
   if (s->pos < s->have && s->idx[s->pos] < ei) {
     *i = (size_t)s->idx[s->pos];
     *v = s->val[s->pos++];
@@ -397,7 +396,7 @@ static int entries_next(struct entries* s, size_t* i, float* v) {
   }
   if (s->e == s->nexc) return 0;
   *i = (size_t)ei;
-  *v = get_f32(s->exc + EXC_BYTES * s->e++ + 8);
+  *v = get_f32(s->exc + FRAME_EXCEPTION_BYTES_F32 * s->e++ + 8);
   return 1;
 }
 

@@ -81,8 +81,10 @@ struct frame_header {
   uint32_t crc;
 };
 
-/* Bytes of one exception entry for dtype dt (0 for an invalid dt). */
+/* Bytes of one exception entry for dtype dt (0 for an invalid dt): u64 index, value. */
 size_t frame_exception_bytes(gcclDataType_t dt);
+/* The same for fp32 frames, as a constant for the collectives' loops. */
+#define FRAME_EXCEPTION_BYTES_F32 (8 + sizeof(float))
 
 /* *frame_bytes = total size of a frame with header h; gcclInvalidArgument if the
  * sizes overflow size_t or dtype is invalid. */
