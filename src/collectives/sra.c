@@ -72,7 +72,7 @@
  * slots of `slot` bytes, and fp32 areas. */
 struct sra_work {
   tp_req* sreq;              /* [p] sends, -1 when none is pending */
-  tp_req* rreq;              /* [p] receives */
+  tp_req* rreq;              /* [p] receives; [me]: allreduce's early ring receive */
   size_t* got;               /* [p] bytes received */
   size_t* sent;              /* [p] bytes of the frame encoded for each peer */
   unsigned char* out;        /* p slots: frames this rank encodes */
@@ -81,8 +81,6 @@ struct sra_work {
   float* sum;                /* the owner's fp32 sum */
   float* stage;              /* fp32 decode area for outputs that are not fp32 */
   struct frame_header* head; /* [p] the received frames' checked headers */
-  tp_req ring_first;         /* allreduce: the ring's first receive, posted early, or -1 */
-  size_t ring_first_got;     /* its size */
 };
 
 /* Lays the workspace out: 2p frame slots of `frame_bytes`, and two fp32 areas of
@@ -106,7 +104,6 @@ static gcclResult_t sra_work_get(struct coll_ctx* ctx, size_t frame_bytes, size_
   w->sum = (float*)(void*)(w->in + p * w->slot);
   w->stage = (float*)(void*)((unsigned char*)w->sum + sum_bytes);
   for (size_t r = 0; r < p; r++) w->sreq[r] = w->rreq[r] = -1;
-  w->ring_first = -1;
   return gcclSuccess;
 }
 
@@ -243,11 +240,12 @@ static gcclResult_t scatter_reduce(struct coll_ctx* ctx, const struct coll_args*
     GCCL_CHECK(tp->ops->isend(tp, j, out_frame(w, j), w->sent[j], &w->sreq[j]));
   }
   /* allreduce: the ring's first frame (chunk prev's, from prev) may come while
-   * this rank sums; after prev's phase-1 frame on that lane, so matched after it */
+   * this rank sums; after prev's phase-1 frame on that lane, so matched after it.
+   * It lands in slot me, which phase 1 leaves unused. */
   int prev = (me - 1 + p) % p;
   part_of(a, p, prev, &off, &len);
   if (a->kind == COLL_ALLREDUCE && p > 1 && len)
-    GCCL_CHECK(tp->ops->irecv_upto(tp, prev, in_frame(w, me), w->slot, &w->ring_first_got, &w->ring_first));
+    GCCL_CHECK(tp->ops->irecv_upto(tp, prev, in_frame(w, me), w->slot, &w->got[me], &w->rreq[me]));
   size_t block = 0;
   if (my_len && small_frames(c, my_len)) GCCL_CHECK(frames_in(ctx, w, my_len, &block));
   if (block) return sum_by_blocks(ctx, a, w, my_off, my_len, block);
@@ -278,29 +276,28 @@ gcclResult_t reducescatter_sra(struct coll_ctx* ctx, const struct coll_args* a) 
 /* Phase 2, a ring of frames: the owner's frame travels me -> me+1 -> ... unchanged,
  * so at each step every rank sends one frame to next and receives one from prev.
  * A frame is decoded while the step that forwards it is in flight. The frame of
- * chunk c lands in in_frame(w, c), except chunk prev's when phase 1 posted its
- * receive early (w->ring_first): that one lands in in_frame(w, me). */
+ * chunk c lands in slot c, except chunk prev's when phase 1 posted its receive
+ * early (w->rreq[me]): that one lands in slot me. */
 static gcclResult_t frames_ring(struct coll_ctx* ctx, const struct coll_args* a, struct sra_work* w, size_t my_bytes) {
   struct transport* tp = ctx->tp;
   int p = ctx->nranks, me = ctx->rank, next = (me + 1) % p, prev = (me - 1 + p) % p;
-  int early = w->ring_first >= 0;
+  int early = w->rreq[me] >= 0;
   unsigned char* frame = out_frame(w, me); /* the frame that goes to next at this step */
   size_t bytes = my_bytes, off, len;
   int have = me; /* its chunk */
   for (int s = 0; s < p; s++) {
-    int want = (me - s - 1 + p) % p; /* arrives from prev at this step */
-    unsigned char* into = early && want == prev ? in_frame(w, me) : in_frame(w, want);
-    size_t* into_got = early && want == prev ? &w->ring_first_got : &w->got[want];
+    int want = (me - s - 1 + p) % p;              /* arrives from prev at this step */
+    int into = early && want == prev ? me : want; /* the slot of in and got it lands in */
     size_t hoff, hlen;
     part_of(a, p, have, &hoff, &hlen);
     tp_req recv = -1;
     if (s < p - 1) {
       part_of(a, p, want, &off, &len);
       if (s == 0 && early) {
-        recv = w->ring_first;
-        w->ring_first = -1;
+        recv = w->rreq[me];
+        w->rreq[me] = -1;
       } else if (len) {
-        GCCL_CHECK(tp->ops->irecv_upto(tp, prev, into, w->slot, into_got, &recv));
+        GCCL_CHECK(tp->ops->irecv_upto(tp, prev, in_frame(w, into), w->slot, &w->got[into], &recv));
       }
       /* the last step only decodes: the frame has gone round */
       if (hlen) GCCL_CHECK(tp->ops->isend(tp, next, frame, bytes, &w->sreq[next]));
@@ -313,8 +310,8 @@ static gcclResult_t frames_ring(struct coll_ctx* ctx, const struct coll_args* a,
     GCCL_CHECK(coll_wait(tp, &w->sreq[next])); /* its frame is forwarded from this slot later */
     if (s < p - 1) {                           /* what arrived goes on at the next step */
       have = want;
-      frame = into;
-      bytes = *into_got;
+      frame = in_frame(w, into);
+      bytes = w->got[into];
     }
   }
   return gcclSuccess;
