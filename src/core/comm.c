@@ -65,17 +65,21 @@ static int unique_id_valid(const gcclUniqueId* id) {
 
 /* ---- creation ------------------------------------------------------------------ */
 
-gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks, int node_size) {
+gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks, int node_size, int network) {
   *out = NULL;
+  int64_t per_node = env_int("GCCL_RANKS_PER_NODE", 0);
+  int local_size = (node_size > 0 && node_size < nranks) ? node_size : nranks;
+  if (per_node > 0) local_size = per_node < nranks ? (int)per_node : nranks;
+  size_t scratch_bytes = network && local_size < nranks ? COLL_SCRATCH_BYTES_NETWORK : COLL_SCRATCH_BYTES;
   gcclComm_t c = calloc(1, sizeof *c);
   if (!c) return err_set(gcclSystemError, "out of memory allocating a communicator");
   c->ctx.peer_send = calloc((size_t)nranks, sizeof *c->ctx.peer_send);
   c->ctx.peer_recv = calloc((size_t)nranks, sizeof *c->ctx.peer_recv);
-  gcclResult_t res = arena_alloc(&c->ctx.scratch, COLL_SCRATCH_BYTES);
+  gcclResult_t res = arena_alloc(&c->ctx.scratch, scratch_bytes);
   if (res != gcclSuccess || !c->ctx.peer_send || !c->ctx.peer_recv) {
     free(c->ctx.peer_send);
     free(c->ctx.peer_recv);
-    arena_free(c->ctx.scratch, COLL_SCRATCH_BYTES);
+    arena_free(c->ctx.scratch, scratch_bytes);
     free(c);
     return res != gcclSuccess ? res : err_set(gcclSystemError, "out of memory allocating a communicator");
   }
@@ -84,10 +88,8 @@ gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks, int node_size) {
   c->nranks = nranks;
   c->ctx.rank = rank;
   c->ctx.nranks = nranks;
-  c->ctx.scratch_bytes = COLL_SCRATCH_BYTES;
-  int64_t per_node = env_int("GCCL_RANKS_PER_NODE", 0);
-  c->ctx.local_size = (node_size > 0 && node_size < nranks) ? node_size : nranks;
-  if (per_node > 0) c->ctx.local_size = per_node < nranks ? (int)per_node : nranks;
+  c->ctx.scratch_bytes = scratch_bytes;
+  c->ctx.local_size = local_size;
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->idle, NULL);
 
@@ -110,7 +112,7 @@ void comm_free(gcclComm_t c) {
   if (c->group_stream) gcclStreamDestroy(c->group_stream);
   device_stage_free(c->device_stage);
   if (c->tp) c->tp->ops->destroy(c->tp);
-  arena_free(c->ctx.scratch, COLL_SCRATCH_BYTES);
+  arena_free(c->ctx.scratch, c->ctx.scratch_bytes);
   coll_workspace_free(&c->ctx);
   dropin_destroy(c->dropin);
   hier_state_free(c->ctx.hier);
@@ -132,7 +134,7 @@ gcclResult_t gcclCommInitRank(gcclComm_t* comm, int nranks, gcclUniqueId id, int
   if (!unique_id_valid(&id))
     return err_set(gcclInvalidArgument, "gcclCommInitRank: the id was not made by gcclGetUniqueId");
   gcclComm_t c;
-  GCCL_CHECK(comm_alloc(&c, rank, nranks, nranks));
+  GCCL_CHECK(comm_alloc(&c, rank, nranks, nranks, 0));
   log_set_rank(rank);
   gcclResult_t res = rendezvous_join(&id, nranks, rank, c->timeout_ms, &c->tp);
   struct sim_config sim;
@@ -162,7 +164,7 @@ gcclResult_t gcclCommInitAll(gcclComm_t* comms, int nranks) {
   int made = 0;
   for (; made < nranks; made++) {
     gcclComm_t c;
-    GCCL_CHECK_GOTO(comm_alloc(&c, made, nranks, nranks), res, fail);
+    GCCL_CHECK_GOTO(comm_alloc(&c, made, nranks, nranks, 0), res, fail);
     comms[made] = c;
     GCCL_CHECK_GOTO(local_transport_create(&c->tp, w, made, c->timeout_ms), res, fail_one);
     struct sim_config sim;

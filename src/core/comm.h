@@ -33,9 +33,11 @@ struct gcclComm {
 
 /* Allocates a communicator for `rank` of `nranks` with its scratch, reading the
  * GCCL_* environment. node_size is the ranks per node the caller detected
- * (nranks for thread ranks: one node); GCCL_RANKS_PER_NODE overrides it. The
- * transport is attached by the caller. */
-gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks, int node_size);
+ * (nranks for thread ranks: one node); GCCL_RANKS_PER_NODE overrides it.
+ * `network`: nodes exchange messages over a network (MPI), so when ranks span
+ * nodes the scratch is COLL_SCRATCH_BYTES_NETWORK. The transport is attached by
+ * the caller. */
+gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks, int node_size, int network);
 /* Frees what comm_alloc made and the transport, if any. */
 void comm_free(gcclComm_t comm);
 

@@ -73,15 +73,16 @@ static gcclResult_t agree_comm_id(MPI_Comm comm, int rank, uint64_t* id) {
 
 /* What every rank tells the others once its part of the setup is done. */
 struct setup_report {
-  int32_t result; /* gcclResult_t of this rank's setup */
-  int32_t pad;
+  int32_t result;       /* gcclResult_t of this rank's setup */
+  int32_t local_size;   /* ranks per node (GCCL_RANKS_PER_NODE): hier's nodes and the scratch size follow it */
   uint64_t chunk_bytes; /* GCCL_MPI_CHUNK_BYTES: must agree, or messages split differently */
 };
 
 /* Every rank learns whether all ranks succeeded, so that they fail together
- * instead of leaving the others waiting on a communicator that one lacks. */
-static gcclResult_t setup_agree(MPI_Comm comm, int nranks, gcclResult_t mine, uint64_t chunk_bytes) {
-  struct setup_report me = {.result = mine, .chunk_bytes = chunk_bytes};
+ * instead of leaving the others waiting on a communicator that one lacks, and
+ * that the settings every rank must share agree. */
+static gcclResult_t setup_agree(MPI_Comm comm, int nranks, gcclResult_t mine, int local_size, uint64_t chunk_bytes) {
+  struct setup_report me = {.result = mine, .local_size = local_size, .chunk_bytes = chunk_bytes};
   struct setup_report* all = malloc((size_t)nranks * sizeof *all);
   if (!all) return err_set(gcclSystemError, "gcclCommInitMpi: out of memory for %d ranks", nranks);
   int rc = MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, comm);
@@ -95,6 +96,11 @@ static gcclResult_t setup_agree(MPI_Comm comm, int nranks, gcclResult_t mine, ui
                     "gcclCommInitMpi: GCCL_MPI_CHUNK_BYTES differs between ranks: rank 0 splits messages at %llu "
                     "bytes, rank %d at %llu",
                     (unsigned long long)all[0].chunk_bytes, r, (unsigned long long)all[r].chunk_bytes);
+    else if (all[r].local_size != all[0].local_size)
+      res = err_set(gcclInvalidUsage,
+                    "gcclCommInitMpi: the ranks per node differ between ranks (GCCL_RANKS_PER_NODE): rank 0 has %d, "
+                    "rank %d has %d",
+                    (int)all[0].local_size, r, (int)all[r].local_size);
   }
   free(all);
   return res;
@@ -137,13 +143,13 @@ gcclResult_t gcclCommInitMpi(gcclComm_t* comm, MPI_Comm mpiComm) {
 
   /* This rank's part; a failure is reported to every rank below. */
   gcclComm_t c = NULL;
-  res = comm_alloc(&c, rank, nranks, node_size);
+  res = comm_alloc(&c, rank, nranks, node_size, 1);
   if (res == gcclSuccess) {
     log_set_rank(rank);
     res = mpi_transport_create(&c->tp, dup, comm_id, c->timeout_ms, level, node_size == nranks);
   }
   uint64_t chunk_bytes = res == gcclSuccess ? mpi_transport_chunk_bytes(c->tp) : 0;
-  gcclResult_t all = setup_agree(dup, nranks, res, chunk_bytes);
+  gcclResult_t all = setup_agree(dup, nranks, res, c ? c->ctx.local_size : 0, chunk_bytes);
   if (res == gcclSuccess) res = all;
   if (res != gcclSuccess) {
     int owned = c && c->tp; /* the transport frees the duplicate */

@@ -5,7 +5,9 @@
  * the tuner's choice, allgather, reducescatter, broadcast and reduce from every
  * root; several datatypes, every op; counts 0, 1, below the rank count, primes,
  * and counts the rank count does not divide; in place and out of place.
- * --quick runs a small subset (for valgrind). */
+ * --quick runs a small subset (for valgrind); --large adds allreduces long
+ * enough for several of the segments of a communicator that spans nodes (run
+ * with GCCL_RANKS_PER_NODE=1: 16 MiB segments). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -278,6 +280,20 @@ static void allreduce_cases(const char* algo) {
   MC_OK(gcclCommDestroy(comm), NULL);
 }
 
+/* Every rank's chunk of the ring over two 16 MiB segments (the second one
+ * short), and as many for rhd's halves and tree's pieces. */
+static void large_cases(void) {
+  const char* algos[] = {"ring", "rhd", "tree"};
+  for (int a = 0; a < 3; a++) {
+    mc_setenv("GCCL_ALGO", algos[a]);
+    gcclComm_t comm = mc_comm(MPI_COMM_WORLD);
+    mc_setenv("GCCL_ALGO", NULL);
+    if (!comm) return;
+    check_allreduce(comm, gcclFloat32, gcclSum, (size_t)mc_nranks * 6000000 + 7, a == 1);
+    MC_OK(gcclCommDestroy(comm), NULL);
+  }
+}
+
 static void other_collective_cases(void) {
   gcclComm_t comm = mc_comm(MPI_COMM_WORLD);
   if (!comm) return;
@@ -306,10 +322,12 @@ static void other_collective_cases(void) {
 int main(int argc, char** argv) {
   mc_init(&argc, &argv);
   quick = mc_flag("--quick");
+  int large = mc_flag("--large");
   plan_counts();
   const char* algos[] = {NULL, "ring", "rhd", "tree"};
   for (int a = 0; a < 4; a++)
     if (!quick || a < 2) allreduce_cases(algos[a]);
   other_collective_cases();
+  if (large) large_cases();
   return mc_finish("test_dense_mpi");
 }

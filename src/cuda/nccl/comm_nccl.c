@@ -37,7 +37,7 @@ gcclResult_t gcclCommInitNccl(gcclComm_t* comm, ncclComm_t nccl) {
    * setup, so that every rank fails with it. One node: no node detection (the
    * GPUs of one NCCL communicator may span nodes; GCCL_RANKS_PER_NODE says so). */
   gcclComm_t c = NULL;
-  gcclResult_t res = comm_alloc(&c, rank, nranks, nranks);
+  gcclResult_t res = comm_alloc(&c, rank, nranks, nranks, 0);
   if (res == gcclSuccess) log_set_rank(rank);
   struct transport* tp = NULL;
   gcclResult_t made = nccl_transport_create(&tp, nccl, c ? c->timeout_ms : INIT_FALLBACK_TIMEOUT_MS, res);
