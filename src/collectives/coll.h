@@ -131,7 +131,7 @@ static inline size_t coll_align64(size_t bytes) {
  * handshake (Open MPI's rendezvous) whose answer queues behind the data already
  * on the link, so segments must be long: on the 1 Gbit/s test bed gccl's dense
  * ring ran at 0.88x Open MPI's ring with 2 MiB segments, 0.95x with 8 MiB and
- * 0.95-1.00x with 16 MiB (BENCHMARKS.md). */
+ * 0.95-1.01x with 16 MiB (BENCHMARKS.md). */
 #define COLL_SCRATCH_BYTES_NETWORK ((size_t)32 << 20)
 
 /* Step 0 of every collective: all ranks exchange a descriptor of their call and
