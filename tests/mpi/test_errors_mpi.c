@@ -33,7 +33,7 @@ static void check_init_arguments(void) {
 /* Settings every rank must share: when the last rank's differs, creation fails
  * on every rank with gcclInvalidUsage and a message naming it, and a
  * communicator made afterwards works. */
-static void check_setting_disagrees(const char* name, const char* value, const char* words) {
+static void check_setting_disagrees(const char* name, const char* value) {
   if (mc_nranks < 2) return;
   mc_setenv(name, mc_rank == mc_nranks - 1 ? value : NULL);
   gcclComm_t comm = (gcclComm_t)(uintptr_t)1;
@@ -42,7 +42,7 @@ static void check_setting_disagrees(const char* name, const char* value, const c
   MC_CHECK(res == gcclInvalidUsage, "%s=%s on the last rank only: creation returned %s", name, value,
            gcclGetErrorString(res));
   MC_CHECK(comm == NULL, "a failed gcclCommInitMpi left *comm set");
-  MC_CHECK(strstr(gcclGetLastError(NULL), words) != NULL, "the message does not name %s: %s", words,
+  MC_CHECK(strstr(gcclGetLastError(NULL), name) != NULL, "the message does not name %s: %s", name,
            gcclGetLastError(NULL));
   if (res == gcclSuccess) MC_OK(gcclCommDestroy(comm), NULL);
   comm = mc_comm(MPI_COMM_WORLD);
@@ -207,8 +207,8 @@ int main(int argc, char** argv) {
   MC_CHECK(before_init == gcclInvalidUsage, "gcclCommInitMpi before MPI_Init returned %s",
            gcclGetErrorString(before_init));
   check_init_arguments();
-  check_setting_disagrees("GCCL_RANKS_PER_NODE", "1", "GCCL_RANKS_PER_NODE");
-  check_setting_disagrees("GCCL_MPI_CHUNK_BYTES", "4096", "GCCL_MPI_CHUNK_BYTES");
+  check_setting_disagrees("GCCL_RANKS_PER_NODE", "1");
+  check_setting_disagrees("GCCL_MPI_CHUNK_BYTES", "4096");
   check_subcommunicator();
   check_mismatches();
   if (level == MPI_THREAD_MULTIPLE)
