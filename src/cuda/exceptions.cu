@@ -100,13 +100,24 @@ __global__ void ApplyAt(void* dst, const unsigned char* entries, size_t nexc, co
 
 template <gcclDataType_t DT>
 __global__ void RawDecode(const void* payload, size_t n, void* dst) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    if (DT == gcclFloat64)
-      static_cast<double*>(dst)[i] = gk::AddF64(static_cast<double*>(dst)[i], static_cast<const double*>(payload)[i]);
-    else
-      gk::Accumulate<DT>(dst, i, gk::LoadF32<DT>(payload, i));
-  }
+  gk::ForEachElementUnrolled(n, [&](const size_t* i, const bool* ok) {
+    if constexpr (DT == gcclFloat64) {  // a raw fp64 frame carries doubles
+      const double* in = static_cast<const double*>(payload);
+      double* d = static_cast<double*>(dst);
+      double v[gk::kUnroll], old[gk::kUnroll];
+#pragma unroll
+      for (int u = 0; u < gk::kUnroll; u++)
+        if (ok[u]) v[u] = in[i[u]], old[u] = d[i[u]];
+#pragma unroll
+      for (int u = 0; u < gk::kUnroll; u++)
+        if (ok[u]) d[i[u]] = gk::AddF64(old[u], v[u]);
+    } else {
+      float v[gk::kUnroll];
+#pragma unroll
+      for (int u = 0; u < gk::kUnroll; u++) v[u] = ok[u] ? gk::LoadF32<DT>(payload, i[u]) : 0.0f;
+      gk::AccumulateUnrolled<DT>(dst, i, ok, v);
+    }
+  });
 }
 
 }  // namespace
@@ -170,6 +181,6 @@ extern "C" cudaError_t gk_raw_decode(const unsigned char* payload, size_t n, voi
   if (n == 0) return cudaSuccess;
   return gk::LaunchFloat(dt, [&](auto tag) {
     constexpr gcclDataType_t DT = decltype(tag)::value;
-    RawDecode<DT><<<gk::Blocks(n), gk::kThreads, 0, s>>>(payload, n, dst);
+    RawDecode<DT><<<gk::Blocks(gk::UnrolledItems(n)), gk::kThreads, 0, s>>>(payload, n, dst);
   });
 }

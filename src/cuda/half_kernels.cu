@@ -9,28 +9,33 @@ namespace {
 
 template <gcclDataType_t DT, bool BF16>
 __global__ void HalfEncode(const void* src, const float* resid_in, float* resid_out, size_t n, uint16_t* out) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    float x = gk::InputX<DT>(src, resid_in, i);
-    uint16_t h = BF16 ? fb_float_to_bf16(x) : fb_float_to_half(x);
-    out[i] = h;
-    if (resid_out) {
-      float back = BF16 ? fb_bf16_to_float(h) : fb_half_to_float(h);
-      resid_out[i] = fb_finite(x) ? __fsub_rn(x, back) : 0.0f;
+  gk::ForEachElementUnrolled(n, [&](const size_t* i, const bool* ok) {
+    float x[gk::kUnroll];
+#pragma unroll
+    for (int u = 0; u < gk::kUnroll; u++) x[u] = ok[u] ? gk::InputX<DT>(src, resid_in, i[u]) : 0.0f;
+#pragma unroll
+    for (int u = 0; u < gk::kUnroll; u++) {
+      if (!ok[u]) continue;
+      const uint16_t h = BF16 ? fb_float_to_bf16(x[u]) : fb_float_to_half(x[u]);
+      out[i[u]] = h;
+      gk::StoreResidual(resid_out, i[u], fb_finite(x[u]), x[u], BF16 ? fb_bf16_to_float(h) : fb_half_to_float(h));
     }
-  }
+  });
 }
 
 template <gcclDataType_t DT, bool BF16>
 __global__ void HalfDecode(const uint16_t* in, size_t n, void* dst) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    float v = BF16 ? fb_bf16_to_float(in[i]) : fb_half_to_float(in[i]);
-    // codec_half.c adds to other dtypes from a zeroed fp32 block (0.0f + v), where
-    // a -0 code arrives as +0.
-    if (DT != gcclFloat32 && fb_bits(v) == 0x80000000u) v = 0.0f;
-    gk::Accumulate<DT>(dst, i, v);
-  }
+  gk::ForEachElementUnrolled(n, [&](const size_t* i, const bool* ok) {
+    float v[gk::kUnroll];
+#pragma unroll
+    for (int u = 0; u < gk::kUnroll; u++) {
+      v[u] = ok[u] ? (BF16 ? fb_bf16_to_float(in[i[u]]) : fb_half_to_float(in[i[u]])) : 0.0f;
+      // codec_half.c adds to other dtypes from a zeroed fp32 block (0.0f + v), where
+      // a -0 code arrives as +0.
+      if (DT != gcclFloat32 && fb_bits(v[u]) == 0x80000000u) v[u] = 0.0f;
+    }
+    gk::AccumulateUnrolled<DT>(dst, i, ok, v);
+  });
 }
 
 }  // namespace
@@ -42,9 +47,9 @@ extern "C" cudaError_t gk_half_encode(int bf16, const void* src, gcclDataType_t 
   return gk::LaunchFloat(dt, [&](auto tag) {
     constexpr gcclDataType_t DT = decltype(tag)::value;
     if (bf16)
-      HalfEncode<DT, true><<<gk::Blocks(n), gk::kThreads, 0, s>>>(src, resid_in, resid_out, n, out);
+      HalfEncode<DT, true><<<gk::Blocks(gk::UnrolledItems(n)), gk::kThreads, 0, s>>>(src, resid_in, resid_out, n, out);
     else
-      HalfEncode<DT, false><<<gk::Blocks(n), gk::kThreads, 0, s>>>(src, resid_in, resid_out, n, out);
+      HalfEncode<DT, false><<<gk::Blocks(gk::UnrolledItems(n)), gk::kThreads, 0, s>>>(src, resid_in, resid_out, n, out);
   });
 }
 
@@ -55,8 +60,8 @@ extern "C" cudaError_t gk_half_decode(int bf16, const unsigned char* payload, si
   return gk::LaunchFloat(dt, [&](auto tag) {
     constexpr gcclDataType_t DT = decltype(tag)::value;
     if (bf16)
-      HalfDecode<DT, true><<<gk::Blocks(n), gk::kThreads, 0, s>>>(in, n, dst);
+      HalfDecode<DT, true><<<gk::Blocks(gk::UnrolledItems(n)), gk::kThreads, 0, s>>>(in, n, dst);
     else
-      HalfDecode<DT, false><<<gk::Blocks(n), gk::kThreads, 0, s>>>(in, n, dst);
+      HalfDecode<DT, false><<<gk::Blocks(gk::UnrolledItems(n)), gk::kThreads, 0, s>>>(in, n, dst);
   });
 }

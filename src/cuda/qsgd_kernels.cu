@@ -5,7 +5,7 @@
 // it; a second draws each element's level with rng_uniform(key, its index), as the
 // CPU does, and each lane packs groups of 8 codes (w = bits + 1 whole bytes) and
 // writes the new residual. The bucket's elements are read twice, the second time
-// from L1/L2.
+// from L1/L2. Decode: one warp per bucket, a lane per element.
 #include "compress/codec_math.h"
 #include "compress/rng.h"
 #include "cuda/device_math.cuh"
@@ -58,16 +58,23 @@ __global__ void QsgdEncode(const void* src, const float* resid_in, float* resid_
   });
 }
 
-// One thread per group of 8 codes of a bucket: dst += dequantized codes.
+struct QsgdBucket {
+  const unsigned char* codes;
+  struct qs_bucket p;
+};
+
 template <gcclDataType_t DT>
 __global__ void QsgdDecode(const unsigned char* payload, size_t n, unsigned bucket, unsigned bits, void* dst) {
-  gk::ForEachBucketGroup(n, bucket, [&](size_t b, size_t base, size_t g, size_t r) {
-    const unsigned char* in = payload + b * BucketBytes(bucket, bits);
-    struct qs_bucket p;
-    qs_bucket_make(fb_float(gk::GetU32(in)), bits, &p);  // validated on the host
-    for (size_t k = 0; k < r; k++)
-      gk::Accumulate<DT>(dst, base + g * 8 + k, qs_dequant(packed_code_get(in + 4, g * 8 + k, bits + 1), &p));
-  });
+  gk::DecodeBucketsPerWarp<DT>(
+      n, bucket, dst,
+      [&](size_t b) {
+        const unsigned char* in = payload + b * BucketBytes(bucket, bits);
+        QsgdBucket q;
+        q.codes = in + 4;
+        qs_bucket_make(fb_float(gk::GetU32(in)), bits, &q.p);  // validated on the host
+        return q;
+      },
+      [&](const QsgdBucket& q, size_t j) { return qs_dequant(packed_code_get(q.codes, j, bits + 1), &q.p); });
 }
 
 }  // namespace
@@ -86,7 +93,7 @@ extern "C" cudaError_t gk_qsgd_encode(const void* src, gcclDataType_t dt, const 
 extern "C" cudaError_t gk_qsgd_decode(const unsigned char* payload, size_t n, unsigned bucket, unsigned bits, void* dst,
                                       gcclDataType_t dt, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  const unsigned blocks = gk::Blocks(gk::BucketGroups(n, bucket));
+  const unsigned blocks = gk::Blocks((n + bucket - 1) / bucket * 32);
   return gk::LaunchFloat(dt, [&](auto tag) {
     QsgdDecode<decltype(tag)::value><<<blocks, gk::kThreads, 0, s>>>(payload, n, bucket, bits, dst);
   });

@@ -3,7 +3,8 @@
 // finds the scale, max |x| over the finite elements (a max of values >= +0 does not
 // depend on the order, so lanes reduce freely); a second draws each element's code
 // with rng_uniform(key, its index), as the CPU does, one code byte (4 elements) per
-// lane at a time, and writes the new residual. Decode: one thread per 8 elements.
+// lane at a time, and writes the new residual. Decode: one warp per bucket, a lane
+// per element.
 #include "compress/codec_math.h"
 #include "compress/rng.h"
 #include "cuda/device_math.cuh"
@@ -54,15 +55,20 @@ __global__ void TerngradEncode(const void* src, const float* resid_in, float* re
   });
 }
 
-// One thread per group of 8 codes (2 bytes) of a bucket: dst += decoded codes.
+struct TerngradBucket {
+  const unsigned char* codes;
+  float scale;
+};
+
 template <gcclDataType_t DT>
 __global__ void TerngradDecode(const unsigned char* payload, size_t n, unsigned bucket, void* dst) {
-  gk::ForEachBucketGroup(n, bucket, [&](size_t b, size_t base, size_t g, size_t r) {
-    const unsigned char* in = payload + b * BucketBytes(bucket);
-    const float scale = fb_float(gk::GetU32(in));  // validated on the host
-    for (size_t k = 0; k < r; k++)
-      gk::Accumulate<DT>(dst, base + g * 8 + k, tern_value(tern_get_code(in + 4, g * 8 + k), scale));
-  });
+  gk::DecodeBucketsPerWarp<DT>(
+      n, bucket, dst,
+      [&](size_t b) {
+        const unsigned char* in = payload + b * BucketBytes(bucket);
+        return TerngradBucket{in + 4, fb_float(gk::GetU32(in))};  // validated on the host
+      },
+      [&](const TerngradBucket& q, size_t j) { return tern_value(tern_get_code(q.codes, j), q.scale); });
 }
 
 }  // namespace
@@ -81,7 +87,7 @@ extern "C" cudaError_t gk_terngrad_encode(const void* src, gcclDataType_t dt, co
 extern "C" cudaError_t gk_terngrad_decode(const unsigned char* payload, size_t n, unsigned bucket, void* dst,
                                           gcclDataType_t dt, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  const unsigned blocks = gk::Blocks(gk::BucketGroups(n, bucket));
+  const unsigned blocks = gk::Blocks((n + bucket - 1) / bucket * 32);
   return gk::LaunchFloat(dt, [&](auto tag) {
     TerngradDecode<decltype(tag)::value><<<blocks, gk::kThreads, 0, s>>>(payload, n, bucket, dst);
   });

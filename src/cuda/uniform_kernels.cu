@@ -2,7 +2,8 @@
 // and arithmetic, through codec_math.h). Encode: one warp per bucket; a first
 // pass finds the finite min and max, a second writes the codes (each lane packs
 // groups of 8 codes = `bits` whole bytes) and the new residual. The bucket's
-// elements are read twice, the second time from L1/L2.
+// elements are read twice, the second time from L1/L2. Decode: one warp per
+// bucket, a lane per element.
 #include <float.h>
 
 #include "compress/codec_math.h"
@@ -79,16 +80,23 @@ __global__ void UniformEncode(const void* src, const float* resid_in, float* res
   });
 }
 
-// One thread per group of 8 codes of a bucket: dst += dequantized codes.
+struct UniformBucket {
+  const unsigned char* codes;
+  struct uq_bucket p;
+};
+
 template <gcclDataType_t DT>
 __global__ void UniformDecode(const unsigned char* payload, size_t n, unsigned bucket, unsigned bits, void* dst) {
-  gk::ForEachBucketGroup(n, bucket, [&](size_t b, size_t base, size_t g, size_t r) {
-    const unsigned char* in = payload + b * BucketBytes(bucket, bits);
-    struct uq_bucket p;
-    uq_bucket_make(fb_float(gk::GetU32(in)), fb_float(gk::GetU32(in + 4)), bits, &p);  // validated on the host
-    for (size_t k = 0; k < r; k++)
-      gk::Accumulate<DT>(dst, base + g * 8 + k, uq_dequant(uq_get_code(in + 8, g * 8 + k, bits), &p));
-  });
+  gk::DecodeBucketsPerWarp<DT>(
+      n, bucket, dst,
+      [&](size_t b) {
+        const unsigned char* in = payload + b * BucketBytes(bucket, bits);
+        UniformBucket q;
+        q.codes = in + 8;
+        uq_bucket_make(fb_float(gk::GetU32(in)), fb_float(gk::GetU32(in + 4)), bits, &q.p);  // validated on the host
+        return q;
+      },
+      [&](const UniformBucket& q, size_t j) { return uq_dequant(uq_get_code(q.codes, j, bits), &q.p); });
 }
 
 }  // namespace
@@ -112,6 +120,7 @@ extern "C" cudaError_t gk_uniform_decode(const unsigned char* payload, size_t n,
   if (n == 0) return cudaSuccess;
   return gk::LaunchFloat(dt, [&](auto tag) {
     constexpr gcclDataType_t DT = decltype(tag)::value;
-    UniformDecode<DT><<<gk::Blocks(gk::BucketGroups(n, bucket)), gk::kThreads, 0, s>>>(payload, n, bucket, bits, dst);
+    UniformDecode<DT>
+        <<<gk::Blocks((n + bucket - 1) / bucket * 32), gk::kThreads, 0, s>>>(payload, n, bucket, bits, dst);
   });
 }

@@ -145,8 +145,9 @@ TEST(DeviceBuffers, OneFrameSchedulesEncodeOnTheGpuAndGiveTheHostPathsBits) {
   const Case cases[] = {
       {"sparse-ag", "topk:ratio=0.01", false, false}, {"sparse-ag", "topk:ratio=0.01", false, true},
       {"sparse-sr", "topk:ratio=0.05", false, false}, {"sparse-ag", "topk:ratio=0.01,approx=1", false, false},
-      {"randk", "randk:ratio=0.02", false, false},    {"sra", "uniform:bits=4,ef=1", true, false},
-      {"sra", "uniform:bits=4,ef=1", true, true},     {"sra", "topk:ratio=0.1", true, false}};
+      {"randk", "randk:ratio=0.02", false, false},    {"randk", "randk:ratio=0.02,ef=1", false, false},
+      {"sra", "uniform:bits=4,ef=1", true, false},    {"sra", "uniform:bits=4,ef=1", true, true},
+      {"sra", "topk:ratio=0.1", true, false}};
   for (const Case& k : cases) {
     for (int p : {2, 3}) {
       for (size_t n : {size_t{1}, size_t{1031}, size_t{100003}}) {
@@ -185,7 +186,9 @@ TEST(DeviceBuffers, OneFrameSchedulesEncodeOnTheGpuAndGiveTheHostPathsBits) {
                     }
                   }
                   size_t ru = static_cast<size_t>(r);
-                  on_device[ru] = dc->residual_on_device;
+                  // Only the GPU encode makes the twin; with error feedback the residual
+                  // must have stayed with it (randk's default is ef=0: no residual).
+                  on_device[ru] = dc->device != nullptr && (!dc->spec.ef || dc->residual_on_device);
                   host[ru] = out;
                   dev[ru] = k.host_out ? host_recv : recv.Get();
                   host_res[ru].resize(n);
