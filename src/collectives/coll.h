@@ -149,11 +149,12 @@ gcclResult_t coll_run(struct coll_ctx* ctx, const struct coll_args* args, enum c
  * nranks for one node). Deterministic: the same on every rank. */
 enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int local_size, int shares_address_space,
                             enum coll_algo forced);
-/* The same for a call with a compressor of spec `spec`: by codec, rank count,
- * topology (local_size ranks per node) and, for top-k, density and `global`. */
+/* The same for a call with a compressor of spec `spec` on a tensor of `count`
+ * elements: by codec, rank count, topology (local_size ranks per node), for fp16
+ * and bf16 by count, and for top-k by density and `global`. */
 struct codec_spec;
-enum coll_algo tuner_choose_compressed(enum coll_kind kind, const struct codec_spec* spec, int nranks, int local_size,
-                                       enum coll_algo forced);
+enum coll_algo tuner_choose_compressed(enum coll_kind kind, const struct codec_spec* spec, size_t count, int nranks,
+                                       int local_size, enum coll_algo forced);
 /* Parses an algorithm's name (algo_name's, case-insensitive); ALGO_AUTO otherwise. */
 enum coll_algo algo_from_name(const char* name);
 const char* algo_name(enum coll_algo algo);
@@ -190,9 +191,12 @@ gcclResult_t allreduce_sra(struct coll_ctx* ctx, const struct coll_args* a);    
 gcclResult_t reducescatter_sra(struct coll_ctx* ctx, const struct coll_args* a);      /* sra.c */
 gcclResult_t allgather_frames(struct coll_ctx* ctx, const struct coll_args* a);       /* sra.c */
 gcclResult_t allreduce_ring_requant(struct coll_ctx* ctx, const struct coll_args* a); /* ring_requant.c */
-gcclResult_t allreduce_sparse_ag(struct coll_ctx* ctx, const struct coll_args* a);    /* sparse.c */
-gcclResult_t allreduce_sparse_sr(struct coll_ctx* ctx, const struct coll_args* a);    /* sparse.c */
-gcclResult_t allreduce_randk(struct coll_ctx* ctx, const struct coll_args* a);        /* randk_allreduce.c */
+/* Elements per segment of ring-requant's frames (at most 4 segments a chunk); tests
+ * shrink it to cut small tensors into segments. */
+extern size_t ring_requant_segment_elems;
+gcclResult_t allreduce_sparse_ag(struct coll_ctx* ctx, const struct coll_args* a); /* sparse.c */
+gcclResult_t allreduce_sparse_sr(struct coll_ctx* ctx, const struct coll_args* a); /* sparse.c */
+gcclResult_t allreduce_randk(struct coll_ctx* ctx, const struct coll_args* a);     /* randk_allreduce.c */
 
 /* The steps of the one-frame schedules (sparse-ag, sparse-sr, randk, the
  * compressed allgather) that touch the caller's buffers, on the GPU when

@@ -241,10 +241,10 @@ static double compressed_flat(const struct call_terms* t, enum coll_algo algo, i
   }
 }
 
-/* The flat compressed schedule of a codec, as tuner_choose_compressed picks it. */
-static enum coll_algo flat_algo_for(const struct codec_spec* s, int p) {
-  enum coll_algo a = tuner_choose_compressed(COLL_ALLREDUCE, s, p, p, ALGO_AUTO);
-  return a == ALGO_HIER ? ALGO_SRA : a;
+/* The codec's schedule among the nodes of hier, as hier.c asks the tuner for it:
+ * p ranks, each on its own node, each with a share of m elements. */
+static enum coll_algo flat_algo_for(const struct codec_spec* s, int p, double m) {
+  return tuner_choose_compressed(COLL_ALLREDUCE, s, (size_t)m, p, 1, ALGO_AUTO);
 }
 
 double cost_allreduce(const struct cost_model* mdl, enum coll_algo algo, size_t count, size_t elem_bytes,
@@ -299,7 +299,7 @@ double cost_allreduce(const struct cost_model* mdl, enum coll_algo algo, size_t 
   if (t.nodes <= 1 || t.L <= 1) return -1.0;
   double fl = (double)(t.L - 1) / t.L;
   return 2.0 * ((t.L - 1) * t.intra.alpha + fl * t.n * t.intra.beta) + fl * t.n * t.gr +
-         compressed_flat(&t, flat_algo_for(s, t.nodes), t.nodes, t.m / t.L, t.inter);
+         compressed_flat(&t, flat_algo_for(s, t.nodes, t.m / t.L), t.nodes, t.m / t.L, t.inter);
 }
 
 double cost_best_dense_allreduce(const struct cost_model* m, size_t count, size_t elem_bytes, enum coll_algo* algo) {

@@ -254,7 +254,7 @@ static gcclResult_t inter_compressed(struct hier_state* st, const struct coll_ar
                               .op = gcclSum,
                               .comp = c,
                               .comp_first = a->comp_first + off};
-      enum coll_algo algo = tuner_choose_compressed(COLL_ALLREDUCE, &c->spec, st->nodes, 1, ALGO_AUTO);
+      enum coll_algo algo = tuner_choose_compressed(COLL_ALLREDUCE, &c->spec, len, st->nodes, 1, ALGO_AUTO);
       GCCL_CHECK(coll_run(&sh->ctx, &sub, algo));
     } else {
       GCCL_CHECK(compressor_stage_keep(c, a->comp_first + off, len));
@@ -271,7 +271,7 @@ static gcclResult_t allreduce_flat(struct coll_ctx* ctx, const struct coll_args*
   sum.op = op;
   size_t bytes = a->count * dtype_size(a->dt);
   enum coll_algo algo =
-      a->comp ? tuner_choose_compressed(COLL_ALLREDUCE, &a->comp->spec, ctx->nranks, ctx->nranks, ALGO_AUTO)
+      a->comp ? tuner_choose_compressed(COLL_ALLREDUCE, &a->comp->spec, a->count, ctx->nranks, ctx->nranks, ALGO_AUTO)
               : tuner_choose(COLL_ALLREDUCE, bytes, ctx->nranks, ctx->nranks, ctx->tp->shares_address_space, ALGO_AUTO);
   return coll_run(ctx, &sum, algo);
 }

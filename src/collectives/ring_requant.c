@@ -1,5 +1,4 @@
-/* ring_requant.c — compressed allreduce as a ring that re-quantizes at every hop:
- * the baseline SRA (sra.c) is measured against. Only GCCL_ALGO=ring-requant runs it.
+/* ring_requant.c — compressed allreduce as a ring that re-quantizes at every hop.
  *
  * Reduce-scatter (the schedule of ring.c: step s, rank r sends chunk r-s-1 to
  * r+1 and receives chunk r-s-2 from r-1), with frames instead of raw chunks:
@@ -15,95 +14,229 @@
  * allgather forwards every final frame unchanged, and every rank (the owner too)
  * decodes each final frame into its output: identical bits everywhere.
  *
- * The price, and why SRA is the default: an element is quantized p times (the
- * errors add up along the ring) and every hop waits for the one before, so the
- * reduce-scatter takes p-1 sequential encode-send-decode steps. Each step waits for
- * both its messages; speed is not this schedule's purpose.
+ * The price: an element is quantized p times, and the errors add up along the
+ * ring. For quantizers that is why sra is their schedule; this one is a
+ * comparison for them. For fp16 and bf16, whose every rounding is below 2^-8
+ * relative, it is what NCCL does with half-precision tensors, and on a network
+ * it is faster than sra for large tensors: its one flow per link keeps a TCP link
+ * as busy as a dense ring (sra's phase 1 sends p-1 flows out of every host at
+ * once, which share the link less well), and it sends the same bytes. The tuner
+ * picks it there (tuner.c).
  *
- * In place: sendbuff is read only in the reduce-scatter; the allgather alone
- * writes recvbuff. Empty chunks (count < p) are neither encoded nor sent. */
+ * Segments, cut-through. Every chunk goes as K frames of consecutive elements
+ * (segment_count), and a rank handles the segments as they arrive: it decodes,
+ * sums and re-encodes segment j of step s and sends it on while segment j+1 is
+ * still on the wire, and forwards an allgather frame before it decodes it. So
+ * every link stays busy across the steps, and the codec work of the hops hides
+ * behind the transfers instead of adding p-1 gaps between them. The frames to
+ * and from a neighbour are one ordered stream: receives from prev are posted a
+ * window of 2K ahead in the order prev sends, into two banks of K slots (the
+ * reduce-scatter) or the final-frame slots (the allgather); a re-encode into a
+ * send slot first waits for the send that slot held two steps before.
+ *
+ * In place: the reduce-scatter reads sendbuff chunk by chunk; a segment of chunk
+ * r is written to recvbuff only once its input has been summed, and every other
+ * chunk only in the allgather. Empty chunks and segments (count < p K) are
+ * neither encoded nor sent: both sides know the lengths. */
 
 #include "../common/dtype.h"
 #include "../common/result.h"
 #include "../compress/compressor.h"
 #include "coll.h"
 
+/* 1 MiB of fp32 per segment: on the 1 Gbit/s test bed (fp16, 4 ranks), 16 MiB
+ * tensors ran 8% faster in 4 segments a chunk than in 1 (BENCHMARKS.md). */
+size_t ring_requant_segment_elems = (size_t)1 << 18;
+
+/* At most this many segments per chunk: a few keep every link busy (a segment's
+ * codec work is short against its transfer), and each is a message, with a
+ * handshake on MPI; 8 and 16 measured no faster at 100 MiB. */
+#define MAX_SEGMENTS 4
+
 static int ring_mod(int a, int p) {
   return ((a % p) + p) % p;
 }
 
-/* Sends `bytes` of sframe to `to` (unless send_len is 0) and receives a frame of at
- * most cap bytes from `from` (unless recv_len is 0), waiting for both. */
-static gcclResult_t exchange(struct transport* tp, int to, const void* sframe, size_t bytes, size_t send_len, int from,
-                             void* rframe, size_t cap, size_t* got, size_t recv_len) {
-  tp_req sreq = -1, rreq = -1;
-  if (recv_len) GCCL_CHECK(tp->ops->irecv_upto(tp, from, rframe, cap, got, &rreq));
-  if (send_len) GCCL_CHECK(tp->ops->isend(tp, to, sframe, bytes, &sreq));
-  if (rreq >= 0) GCCL_CHECK(tp->ops->wait(tp, rreq));
-  if (sreq >= 0) GCCL_CHECK(tp->ops->wait(tp, sreq));
+static int segment_count(size_t longest_chunk) {
+  size_t k = (longest_chunk + ring_requant_segment_elems - 1) / ring_requant_segment_elems;
+  return k < 1 ? 1 : k > MAX_SEGMENTS ? MAX_SEGMENTS : (int)k;
+}
+
+/* The call's plan and workspace. Receives from prev are numbered in the order prev
+ * sends them: item i < (p-1) K is segment i % K of reduce-scatter step i / K, the
+ * next (p-1) K are the allgather's in the same way. */
+struct rr {
+  struct transport* tp;
+  const struct coll_args* a;
+  int p, r, next, prev, K, items, window;
+  size_t slot, size;
+  unsigned char* final; /* [p K] final frames, chunk c's segment j at c K + j */
+  unsigned char* send;  /* [2 K] re-encoded frames, bank (step % 2) */
+  unsigned char* recv;  /* [2 K] received reduce-scatter frames, bank (step % 2) */
+  size_t* final_bytes;  /* [p K] */
+  size_t* recv_bytes;   /* [2 K] */
+  tp_req* final_sreq;   /* [p K] sends from final slots */
+  tp_req* send_sreq;    /* [2 K] sends from send slots (right after final_sreq) */
+  tp_req* rreq;         /* [items] */
+  float* sum;           /* one segment's fp32 partial sum */
+  float* stage;         /* one segment's fp32 decode area (outputs that are not fp32) */
+};
+
+/* Where segment j of chunk c lies. */
+static void segment_of(const struct rr* w, int c, int j, size_t* off, size_t* len) {
+  size_t coff, clen, soff;
+  coll_chunk(w->a->count, w->p, c, &coff, &clen);
+  coll_chunk(clen, w->K, j, &soff, len);
+  *off = coff + soff;
+}
+
+/* Posts receive item i (see struct rr) unless it is past the end or empty. */
+static gcclResult_t post_recv(struct rr* w, int i) {
+  if (i >= w->items) return gcclSuccess;
+  int rs = i < w->items / 2, s = (rs ? i : i - w->items / 2) / w->K, j = i % w->K;
+  int c = ring_mod(w->r - s - (rs ? 2 : 1), w->p);
+  size_t off, len;
+  segment_of(w, c, j, &off, &len);
+  if (!len) return gcclSuccess;
+  int bank = (s % 2) * w->K + j, fin = c * w->K + j;
+  unsigned char* into = rs ? w->recv + (size_t)bank * w->slot : w->final + (size_t)fin * w->slot;
+  size_t* got = rs ? &w->recv_bytes[bank] : &w->final_bytes[fin];
+  return w->tp->ops->irecv_upto(w->tp, w->prev, into, w->slot, got, &w->rreq[i]);
+}
+
+static void progress(struct transport* tp) {
+  if (tp->ops->progress) tp->ops->progress(tp);
+}
+
+static gcclResult_t rr_layout(struct coll_ctx* ctx, const struct coll_args* a, struct rr* w) {
+  size_t unused, longest, seg;
+  int p = ctx->nranks;
+  coll_chunk(a->count, p, 0, &unused, &longest); /* chunk 0 is a longest */
+  w->tp = ctx->tp;
+  w->a = a;
+  w->p = p;
+  w->r = ctx->rank;
+  w->next = ring_mod(w->r + 1, p);
+  w->prev = ring_mod(w->r - 1, p);
+  w->K = segment_count(longest);
+  w->items = 2 * (p - 1) * w->K;
+  w->window = 2 * w->K;
+  w->size = dtype_size(a->dt);
+  coll_chunk(longest, w->K, 0, &unused, &seg);
+  w->slot = coll_align64(compressor_bound_f32(a->comp, seg));
+  size_t K = (size_t)w->K, pk = (size_t)p * K, fl = coll_align64(seg * sizeof(float));
+  size_t sizes = coll_align64((pk + 2 * K) * sizeof(size_t));
+  size_t reqs = coll_align64((pk + 2 * K + (size_t)w->items) * sizeof(tp_req));
+  unsigned char* base;
+  GCCL_CHECK(coll_workspace(ctx, (pk + 4 * K) * w->slot + sizes + reqs + 2 * fl, (void**)&base));
+  w->final = base;
+  w->send = w->final + pk * w->slot;
+  w->recv = w->send + 2 * K * w->slot;
+  w->final_bytes = (size_t*)(void*)(w->recv + 2 * K * w->slot);
+  w->recv_bytes = w->final_bytes + pk;
+  w->final_sreq = (tp_req*)(void*)((unsigned char*)w->final_bytes + sizes);
+  w->send_sreq = w->final_sreq + pk;
+  w->rreq = w->send_sreq + 2 * K;
+  w->sum = (float*)(void*)((unsigned char*)w->final_sreq + reqs);
+  w->stage = (float*)(void*)((unsigned char*)w->sum + fl);
+  for (size_t i = 0; i < pk + 2 * K + (size_t)w->items; i++) w->final_sreq[i] = -1;
+  return gcclSuccess;
+}
+
+/* Waits for every send still pending (their frames must outlive them). */
+static gcclResult_t wait_sends(struct rr* w) {
+  for (size_t i = 0; i < (size_t)(w->p + 2) * (size_t)w->K; i++) GCCL_CHECK(coll_wait(w->tp, &w->final_sreq[i]));
+  return gcclSuccess;
+}
+
+/* Reduce-scatter. Afterwards chunk r's final frames are encoded (and on their
+ * way to next) and decoded into recvbuff. */
+static gcclResult_t reduce_scatter(struct rr* w) {
+  const struct coll_args* a = w->a;
+  struct gcclCompressor* c = a->comp;
+  struct transport* tp = w->tp;
+  const unsigned char* in = a->sendbuff;
+  int p = w->p, r = w->r, K = w->K;
+  size_t off, len;
+  for (int i = 0; i < w->window; i++) GCCL_CHECK(post_recv(w, i));
+  /* step 0's frames: this rank's own chunk r-1, encoded once */
+  for (int j = 0; j < K && p > 1; j++) {
+    segment_of(w, ring_mod(r - 1, p), j, &off, &len);
+    if (!len) continue;
+    unsigned char* f = w->send + (size_t)j * w->slot;
+    size_t bytes;
+    GCCL_CHECK(
+        compressor_encode_f32(c, in + off * w->size, a->dt, a->comp_first + off, len, EF_ADD, 0, f, w->slot, &bytes));
+    GCCL_CHECK(tp->ops->isend(tp, w->next, f, bytes, &w->send_sreq[j]));
+  }
+  /* alone (p = 1) the one step sums just this rank's input */
+  for (int s = 0; s < (p > 1 ? p - 1 : 1); s++)
+    for (int j = 0; j < K; j++) {
+      int i = s * K + j, chunk = ring_mod(r - s - 2, p), last = s >= p - 2;
+      segment_of(w, chunk, j, &off, &len);
+      if (len && p > 1) {
+        int bank = (s % 2) * K + j;
+        GCCL_CHECK(coll_wait(tp, &w->rreq[i]));
+        GCCL_CHECK(
+            frame_decode_f32_to(w->recv + (size_t)bank * w->slot, w->recv_bytes[bank], w->sum, gcclFloat32, len, NULL));
+      }
+      GCCL_CHECK(post_recv(w, i + w->window)); /* into the slot just read */
+      if (!len) continue;
+      GCCL_CHECK(compressor_accumulate_exact(c, in + off * w->size, a->dt, a->comp_first + off, len, w->sum, p == 1));
+      progress(tp);
+      size_t bytes;
+      if (!last) { /* on to next for step s+1, from the bank step s-1 sent from */
+        int bank = ((s + 1) % 2) * K + j;
+        unsigned char* f = w->send + (size_t)bank * w->slot;
+        GCCL_CHECK(coll_wait(tp, &w->send_sreq[bank]));
+        GCCL_CHECK(compressor_encode_f32(c, w->sum, gcclFloat32, a->comp_first + off, len, EF_RESTAGE, (uint32_t)s + 1,
+                                         f, w->slot, &bytes));
+        GCCL_CHECK(tp->ops->isend(tp, w->next, f, bytes, &w->send_sreq[bank]));
+      } else { /* chunk r's segment is complete: its final frame */
+        int fin = r * K + j;
+        unsigned char* f = w->final + (size_t)fin * w->slot;
+        GCCL_CHECK(compressor_encode_f32(c, w->sum, gcclFloat32, a->comp_first + off, len, EF_RESTAGE, (uint32_t)p - 1,
+                                         f, w->slot, &w->final_bytes[fin]));
+        if (p > 1) GCCL_CHECK(tp->ops->isend(tp, w->next, f, w->final_bytes[fin], &w->final_sreq[fin]));
+        /* this segment's input is summed: its place in recvbuff may be written */
+        GCCL_CHECK(frame_decode_f32_to(f, w->final_bytes[fin], (unsigned char*)a->recvbuff + off * w->size, a->dt, len,
+                                       w->stage));
+      }
+      progress(tp);
+    }
+  return gcclSuccess;
+}
+
+/* Allgather: step s receives chunk r-s-1's final frames from prev, forwards each
+ * to next as it arrives (but at the last step, when it has gone round), then
+ * decodes it. */
+static gcclResult_t allgather(struct rr* w) {
+  const struct coll_args* a = w->a;
+  struct transport* tp = w->tp;
+  int p = w->p, K = w->K;
+  size_t off, len;
+  for (int s = 0; s < p - 1; s++)
+    for (int j = 0; j < K; j++) {
+      int i = (p - 1 + s) * K + j, chunk = ring_mod(w->r - s - 1, p), fin = chunk * K + j;
+      segment_of(w, chunk, j, &off, &len);
+      unsigned char* f = w->final + (size_t)fin * w->slot;
+      if (len) {
+        GCCL_CHECK(coll_wait(tp, &w->rreq[i]));
+        if (s < p - 2) GCCL_CHECK(tp->ops->isend(tp, w->next, f, w->final_bytes[fin], &w->final_sreq[fin]));
+      }
+      GCCL_CHECK(post_recv(w, i + w->window));
+      if (len)
+        GCCL_CHECK(frame_decode_f32_to(f, w->final_bytes[fin], (unsigned char*)a->recvbuff + off * w->size, a->dt, len,
+                                       w->stage));
+      progress(tp);
+    }
   return gcclSuccess;
 }
 
 gcclResult_t allreduce_ring_requant(struct coll_ctx* ctx, const struct coll_args* a) {
-  struct transport* tp = ctx->tp;
-  struct gcclCompressor* c = a->comp;
-  int p = ctx->nranks, r = ctx->rank, next = ring_mod(r + 1, p), prev = ring_mod(r - 1, p);
-  size_t size = dtype_size(a->dt), longest, off, len, roff, rlen;
-  const unsigned char* in = a->sendbuff;
-  unsigned char* out = a->recvbuff;
-  coll_chunk(a->count, p, 0, &off, &longest);
-
-  /* workspace: p final frames (slot c holds chunk c's), the frame in flight, the
-   * frame received, frame sizes, and two fp32 chunks (sum, decode stage) */
-  size_t slot = coll_align64(compressor_bound_f32(c, longest)), fl = coll_align64(longest * sizeof(float));
-  unsigned char* base;
-  GCCL_CHECK(
-      coll_workspace(ctx, (size_t)(p + 2) * slot + coll_align64((size_t)p * sizeof(size_t)) + 2 * fl, (void**)&base));
-  unsigned char* final = base;
-  unsigned char* send = base + (size_t)p * slot;
-  unsigned char* recv = send + slot;
-  size_t* bytes = (size_t*)(void*)(recv + slot); /* [p] final frame sizes */
-  float* sum = (float*)(void*)((unsigned char*)bytes + coll_align64((size_t)p * sizeof(size_t)));
-  float* stage = (float*)(void*)((unsigned char*)sum + fl);
-  size_t send_bytes = 0, got = 0;
-
-  /* reduce-scatter (alone, p = 1, chunk r-1 is this rank's own: summed below) */
-  coll_chunk(a->count, p, ring_mod(r - 1, p), &off, &len);
-  if (len && p > 1)
-    GCCL_CHECK(
-        compressor_encode_f32(c, in + off * size, a->dt, a->comp_first + off, len, EF_ADD, 0, send, slot, &send_bytes));
-  for (int s = 0; s < p - 1; s++) {
-    coll_chunk(a->count, p, ring_mod(r - s - 1, p), &off, &len);
-    coll_chunk(a->count, p, ring_mod(r - s - 2, p), &roff, &rlen);
-    GCCL_CHECK(exchange(tp, next, send, send_bytes, len, prev, recv, slot, &got, rlen));
-    if (!rlen) continue;
-    GCCL_CHECK(frame_decode_f32_to(recv, got, sum, gcclFloat32, rlen, NULL)); /* 0.0f + decoded: no clearing */
-    GCCL_CHECK(compressor_accumulate_exact(c, in + roff * size, a->dt, a->comp_first + roff, rlen, sum, 0));
-    if (s < p - 2)
-      GCCL_CHECK(compressor_encode_f32(c, sum, gcclFloat32, a->comp_first + roff, rlen, EF_RESTAGE, (uint32_t)s + 1,
-                                       send, slot, &send_bytes));
-  }
-  /* chunk r is complete in sum (alone, p = 1: just this rank's input) */
-  coll_chunk(a->count, p, r, &off, &len);
-  if (p == 1) {
-    GCCL_CHECK(compressor_accumulate_exact(c, in, a->dt, a->comp_first, len, sum, 1));
-  }
-  if (len) {
-    GCCL_CHECK(compressor_encode_f32(c, sum, gcclFloat32, a->comp_first + off, len, EF_RESTAGE, (uint32_t)p - 1,
-                                     final + (size_t)r * slot, slot, &bytes[r]));
-    /* every read of sendbuff is done: recvbuff may be written from here on */
-    GCCL_CHECK(frame_decode_f32_to(final + (size_t)r * slot, bytes[r], out + off * size, a->dt, len, stage));
-  }
-
-  /* allgather: step s forwards chunk r-s's final frame and receives chunk r-s-1's */
-  for (int s = 0; s < p - 1; s++) {
-    int sc = ring_mod(r - s, p), rc = ring_mod(r - s - 1, p);
-    coll_chunk(a->count, p, sc, &off, &len);
-    coll_chunk(a->count, p, rc, &roff, &rlen);
-    GCCL_CHECK(exchange(tp, next, final + (size_t)sc * slot, bytes[sc], len, prev, final + (size_t)rc * slot, slot,
-                        &bytes[rc], rlen));
-    if (rlen)
-      GCCL_CHECK(frame_decode_f32_to(final + (size_t)rc * slot, bytes[rc], out + roff * size, a->dt, rlen, stage));
-  }
-  return gcclSuccess;
+  struct rr w;
+  GCCL_CHECK(rr_layout(ctx, a, &w));
+  GCCL_CHECK(reduce_scatter(&w));
+  GCCL_CHECK(allgather(&w));
+  return wait_sends(&w);
 }

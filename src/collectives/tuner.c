@@ -73,8 +73,15 @@ static enum coll_algo topk_algo(const struct codec_spec* s, int nranks) {
   return nranks <= TUNER_SPARSE_AG_MAX_RANKS ? ALGO_SPARSE_AG : ALGO_SPARSE_SR;
 }
 
-enum coll_algo tuner_choose_compressed(enum coll_kind kind, const struct codec_spec* s, int nranks, int local_size,
-                                       enum coll_algo forced) {
+/* From this many elements on (2 MiB of fp16 frames), fp16 and bf16 go round
+ * ring-requant across nodes. On the 1 Gbit/s test bed (4 ranks, fp16 on fp32
+ * tensors, x Open MPI's ring; BENCHMARKS.md): 1 MiB sra 1.52-1.90, the ring
+ * 1.36-1.61 (its 2(p-1) steps in turn); 4 MiB sra 1.99-2.00, the ring 2.17-2.25;
+ * 100 MiB sra 1.77-1.87, the ring 1.94-2.01. */
+#define TUNER_HALF_RING_MIN_COUNT ((size_t)1 << 20)
+
+enum coll_algo tuner_choose_compressed(enum coll_kind kind, const struct codec_spec* s, size_t count, int nranks,
+                                       int local_size, enum coll_algo forced) {
   if (kind != COLL_ALLREDUCE) return ALGO_SRA; /* allgather and reduce-scatter have one schedule each */
   int sparse = s->codec == CODEC_TOPK, randk = s->codec == CODEC_RANDK;
   if (forced != ALGO_AUTO && coll_has_compressed_algo(kind, forced)) {
@@ -88,5 +95,11 @@ enum coll_algo tuner_choose_compressed(enum coll_kind kind, const struct codec_s
   if (local_size > 1 && local_size < nranks) return ALGO_HIER;
   if (sparse) return topk_algo(s, nranks);
   if (randk) return ALGO_RANDK;
+  /* Half precision, large, every rank on its own node: the ring's one flow per
+   * link beats sra's p-1 flows out of every host, and p roundings at 2^-11 (bf16
+   * 2^-8) are what NCCL's half-precision ring does (ring_requant.c). Quantizers
+   * keep sra: their errors grow with every requantization. */
+  int half = s->codec == CODEC_FP16 || s->codec == CODEC_BF16;
+  if (half && local_size == 1 && nranks > 1 && count >= TUNER_HALF_RING_MIN_COUNT) return ALGO_RING_REQUANT;
   return ALGO_SRA;
 }

@@ -256,7 +256,8 @@ enum coll_algo comm_choose_algo(gcclComm_t comm, const struct coll_args* a) {
   if (!a->comp)
     return tuner_choose(a->kind, bytes, comm->nranks, comm->ctx.local_size, comm->tp->shares_address_space,
                         comm->forced_algo);
-  return tuner_choose_compressed(a->kind, &a->comp->spec, comm->nranks, comm->ctx.local_size, comm->forced_algo);
+  return tuner_choose_compressed(a->kind, &a->comp->spec, a->count, comm->nranks, comm->ctx.local_size,
+                                 comm->forced_algo);
 }
 
 gcclResult_t comm_execute(gcclComm_t comm, const struct coll_args* call) {

@@ -113,8 +113,8 @@ static const char* dense_reason(const struct dropin* d, const struct coll_args* 
  * dense one. Every input is equal on every rank (cost_model.h). */
 static int model_says_compress(const struct dropin* d, gcclComm_t comm, const struct coll_args* a) {
   size_t es = dtype_size(a->dt), bytes = a->count * es;
-  enum coll_algo calgo =
-      tuner_choose_compressed(COLL_ALLREDUCE, &d->spec, comm->nranks, comm->ctx.local_size, comm->forced_algo);
+  enum coll_algo calgo = tuner_choose_compressed(COLL_ALLREDUCE, &d->spec, a->count, comm->nranks, comm->ctx.local_size,
+                                                 comm->forced_algo);
   enum coll_algo dalgo;
   double dense = cost_best_dense_allreduce(&d->model, a->count, es, &dalgo);
   double comp = cost_allreduce(&d->model, calgo, a->count, es, &d->spec, &d->rates, 1);

@@ -18,6 +18,10 @@
 #include "core/harness.h"
 #include "gccl.h"
 
+extern "C" {
+#include "collectives/coll.h"
+}
+
 namespace {
 
 enum class Kind { Fp16, Bf16, Uniform, Qsgd, Sign, Terngrad };
@@ -404,6 +408,22 @@ TEST(CompressedAllReduce, RingRequantEveryCodecRankCountOpInPlace) {
   AllReduceMatrix("ring-requant");
 }
 
+// Segments of 50 elements: every chunk of the matrix's larger counts goes as up to
+// 4 frames, handled as they arrive (empty ones among them for 7 and p - 1).
+class SmallRingRequantSegments {
+ public:
+  SmallRingRequantSegments() : saved_(ring_requant_segment_elems) { ring_requant_segment_elems = 50; }
+  ~SmallRingRequantSegments() { ring_requant_segment_elems = saved_; }
+
+ private:
+  size_t saved_;
+};
+
+TEST(CompressedAllReduce, RingRequantInSegmentsEveryCodecRankCountOpInPlace) {
+  SmallRingRequantSegments segments;
+  AllReduceMatrix("ring-requant");
+}
+
 TEST(CompressedAllReduce, HalfBfloatDoubleDatatypes) {
   int failures = 0;
   for (const char* algo : {static_cast<const char*>(nullptr), "ring-requant"}) {
@@ -439,6 +459,7 @@ TEST(CompressedAllReduce, StochasticCodecsUnbiasedOnLargeCounts) {
 TEST(CompressedAllReduce, ErrorFeedbackTelescopesOverCalls) {
   constexpr int kCalls = 5;
   int failures = 0;
+  SmallRingRequantSegments segments;  // ring-requant's 1000 elements in segments
   for (const char* algo : {static_cast<const char*>(nullptr), "ring-requant"})
     for (int p : {1, 2, 3, 5, 8}) {
       Comms comms(p, algo);

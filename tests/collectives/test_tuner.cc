@@ -16,6 +16,12 @@ struct codec_spec Spec(const char* text) {
 
 const size_t kLarge = 100u << 20;
 
+// The compressed allreduce's algorithm for a tensor of `count` elements on p ranks, L per node.
+enum coll_algo PickCompressed(const struct codec_spec& s, int p, int L, enum coll_algo forced = ALGO_AUTO,
+                              size_t count = kLarge / 4) {
+  return tuner_choose_compressed(COLL_ALLREDUCE, &s, count, p, L, forced);
+}
+
 TEST(Tuner, DenseAllReduceGoesHierarchicalAcrossNodesOnly) {
   // threads sharing an address space read each other's buffers, at any layout
   EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 4, 1, ALGO_AUTO), ALGO_DIRECT);
@@ -40,34 +46,49 @@ TEST(Tuner, CompressedAllReduceByCodecRanksAndDensity) {
   struct codec_spec u8 = Spec("uniform:bits=8"), randk = Spec("randk:ratio=0.01");
   struct codec_spec topk = Spec("topk:ratio=0.01"), global = Spec("topk:ratio=0.01,global=1");
   struct codec_spec dense_topk = Spec("topk:ratio=0.3");
-  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &u8, 8, 8, ALGO_AUTO), ALGO_SRA);
-  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &randk, 8, 8, ALGO_AUTO), ALGO_RANDK);
+  EXPECT_EQ(PickCompressed(u8, 8, 8), ALGO_SRA);
+  EXPECT_EQ(PickCompressed(randk, 8, 8), ALGO_RANDK);
   // top-k: allgather for few ranks, split-reduce for many
-  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &topk, 2, 2, ALGO_AUTO), ALGO_SPARSE_AG);
-  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &topk, 4, 4, ALGO_AUTO), ALGO_SPARSE_AG);
-  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &topk, 8, 8, ALGO_AUTO), ALGO_SPARSE_SR);
+  EXPECT_EQ(PickCompressed(topk, 2, 2), ALGO_SPARSE_AG);
+  EXPECT_EQ(PickCompressed(topk, 4, 4), ALGO_SPARSE_AG);
+  EXPECT_EQ(PickCompressed(topk, 8, 8), ALGO_SPARSE_SR);
   // ... and the split-reduce whenever its ranges carry less: global, or dense sums
-  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &global, 3, 3, ALGO_AUTO), ALGO_SPARSE_SR);
-  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &dense_topk, 3, 3, ALGO_AUTO), ALGO_SPARSE_SR);
-  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &global, 2, 2, ALGO_AUTO), ALGO_SPARSE_AG);
+  EXPECT_EQ(PickCompressed(global, 3, 3), ALGO_SPARSE_SR);
+  EXPECT_EQ(PickCompressed(dense_topk, 3, 3), ALGO_SPARSE_SR);
+  EXPECT_EQ(PickCompressed(global, 2, 2), ALGO_SPARSE_AG);
   // several nodes: hierarchical for every codec
-  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &topk, 8, 4, ALGO_AUTO), ALGO_HIER);
-  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &u8, 8, 4, ALGO_AUTO), ALGO_HIER);
+  EXPECT_EQ(PickCompressed(topk, 8, 4), ALGO_HIER);
+  EXPECT_EQ(PickCompressed(u8, 8, 4), ALGO_HIER);
   // allgather and reduce-scatter have one schedule
-  EXPECT_EQ(tuner_choose_compressed(COLL_ALLGATHER, &topk, 8, 4, ALGO_AUTO), ALGO_SRA);
+  EXPECT_EQ(tuner_choose_compressed(COLL_ALLGATHER, &topk, kLarge / 4, 8, 4, ALGO_AUTO), ALGO_SRA);
+  // half precision: the ring when every rank is on its own node, else sra (or hier)
+  for (const char* half : {"fp16", "bf16"}) {
+    struct codec_spec h = Spec(half);
+    EXPECT_EQ(PickCompressed(h, 4, 1), ALGO_RING_REQUANT) << half;
+    EXPECT_EQ(PickCompressed(h, 2, 1), ALGO_RING_REQUANT) << half;
+    EXPECT_EQ(PickCompressed(h, 4, 4), ALGO_SRA) << half;
+    EXPECT_EQ(PickCompressed(h, 1, 1), ALGO_SRA) << half;
+    EXPECT_EQ(PickCompressed(h, 8, 4), ALGO_HIER) << half;
+    EXPECT_EQ(PickCompressed(h, 4, 1, ALGO_SRA), ALGO_SRA) << half;
+    // below 2^20 elements sra's one phase of concurrent sends beats the ring's 2(p-1) steps
+    EXPECT_EQ(PickCompressed(h, 4, 1, ALGO_AUTO, 1u << 20), ALGO_RING_REQUANT) << half;
+    EXPECT_EQ(PickCompressed(h, 4, 1, ALGO_AUTO, (1u << 20) - 1), ALGO_SRA) << half;
+  }
+  // quantizers keep sra across nodes: requantizing at every hop adds up their errors
+  EXPECT_EQ(PickCompressed(u8, 4, 1), ALGO_SRA);
 }
 
 TEST(Tuner, ForcedCompressedAlgorithmMustFitTheCodec) {
   struct codec_spec u8 = Spec("uniform:bits=8"), topk = Spec("topk:ratio=0.01"), randk = Spec("randk:ratio=0.01");
-  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &u8, 8, 8, ALGO_RING_REQUANT), ALGO_RING_REQUANT);
-  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &topk, 8, 8, ALGO_SPARSE_AG), ALGO_SPARSE_AG);
-  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &topk, 8, 8, ALGO_HIER), ALGO_HIER);
+  EXPECT_EQ(PickCompressed(u8, 8, 8, ALGO_RING_REQUANT), ALGO_RING_REQUANT);
+  EXPECT_EQ(PickCompressed(topk, 8, 8, ALGO_SPARSE_AG), ALGO_SPARSE_AG);
+  EXPECT_EQ(PickCompressed(topk, 8, 8, ALGO_HIER), ALGO_HIER);
   // misfits fall back to the automatic choice
-  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &u8, 8, 8, ALGO_SPARSE_SR), ALGO_SRA);
-  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &topk, 8, 8, ALGO_SRA), ALGO_SPARSE_SR);
-  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &randk, 8, 8, ALGO_SPARSE_AG), ALGO_RANDK);
+  EXPECT_EQ(PickCompressed(u8, 8, 8, ALGO_SPARSE_SR), ALGO_SRA);
+  EXPECT_EQ(PickCompressed(topk, 8, 8, ALGO_SRA), ALGO_SPARSE_SR);
+  EXPECT_EQ(PickCompressed(randk, 8, 8, ALGO_SPARSE_AG), ALGO_RANDK);
   // a dense algorithm is not a compressed one
-  EXPECT_EQ(tuner_choose_compressed(COLL_ALLREDUCE, &u8, 8, 8, ALGO_RING), ALGO_SRA);
+  EXPECT_EQ(PickCompressed(u8, 8, 8, ALGO_RING), ALGO_SRA);
 }
 
 TEST(Tuner, AlgorithmNamesRoundTrip) {

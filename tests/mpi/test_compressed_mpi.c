@@ -6,8 +6,8 @@
  * and topk:ratio=1 must then be exact, and uniform:bits=8 within a few
  * quantization steps; sign, top-k and random-k at ratio 0.1 are only checked for
  * agreement and finite results. Each algorithm is forced through GCCL_ALGO (hier
- * with GCCL_RANKS_PER_NODE=2), plus the tuner's choice and the GCCL_COMPRESS
- * drop-in. --quick runs a small subset. */
+ * with GCCL_RANKS_PER_NODE=2), plus the tuner's choice (one node, and nodes of
+ * one rank) and the GCCL_COMPRESS drop-in. --quick runs a small subset. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,6 +163,25 @@ static void long_part_cases(void) {
   MC_OK(gcclCommDestroy(comm), NULL);
 }
 
+/* Every rank on its own node (GCCL_RANKS_PER_NODE=1): the tuner sends fp16 round
+ * ring-requant, and uniform is forced onto it. Chunks of over 2^20 elements go as
+ * several segments (ring_requant.c), so up to 2K frames per neighbour are in
+ * flight at once and must match in the order they were sent. */
+static void segmented_ring_cases(void) {
+  size_t count = (size_t)mc_nranks * (3u << 19) + 3;
+  for (int forced = 0; forced < 2; forced++) {
+    mc_setenv("GCCL_RANKS_PER_NODE", "1");
+    mc_setenv("GCCL_ALGO", forced ? "ring-requant" : NULL);
+    gcclComm_t comm = mc_comm(MPI_COMM_WORLD);
+    mc_setenv("GCCL_RANKS_PER_NODE", NULL);
+    mc_setenv("GCCL_ALGO", NULL);
+    if (!comm) return;
+    for (int in_place = 0; in_place < 2; in_place++)
+      check_allreduce(comm, forced ? "uniform:bits=8" : "fp16", count, in_place);
+    MC_OK(gcclCommDestroy(comm), NULL);
+  }
+}
+
 /* Allreduce of each spec on a communicator made with GCCL_ALGO=algo (and
  * GCCL_RANKS_PER_NODE=ranks_per_node when not NULL). */
 static void allreduce_cases(const char* algo, const char* ranks_per_node, const char* const* specs, size_t nspecs) {
@@ -206,6 +225,7 @@ int main(int argc, char** argv) {
     allreduce_cases("sra", NULL, quantizers, 3);
     long_part_cases();
     allreduce_cases("ring-requant", NULL, quantizers, 2);
+    segmented_ring_cases();
     allreduce_cases("sparse-ag", NULL, sparse, 2);
     allreduce_cases("sparse-sr", NULL, sparse, 2);
   }
