@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test: a Release build, an ASan+UBSan build and a TSan build, each under
 # ctest, the Python tests (pytest) on the Release library, plus an install check
-# (find_package and pkg-config) and a minute of fuzzing. Installs what is missing.
+# (find_package and pkg-config) and a minute of fuzzing per libFuzzer target.
+# Installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -39,6 +40,7 @@ TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 
 scripts/check-install.sh build-release
 
-# libFuzzer on gcclDecodeAccumulate for a minute (clang, ASan+UBSan).
+# libFuzzer (clang, ASan+UBSan) for a minute per target: the codecs' decoders,
+# the collectives' decoders and the spec parser.
 echo "=== fuzz"
 scripts/fuzz.sh "${GCCL_FUZZ_SECONDS:-60}" build-fuzz

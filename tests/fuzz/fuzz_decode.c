@@ -21,6 +21,7 @@
 
 #include "common/dtype.h"
 #include "compress/frame.h"
+#include "fuzz_common.h"
 #include "gccl.h"
 
 #define GUARD_BYTES 64
@@ -29,12 +30,6 @@
 
 static const size_t kCounts[] = {0, 1, 2, 7, 31, 37, 64, 100, 511, 512, 513, 1000, 4096};
 #define NUM_COUNTS (sizeof kCounts / sizeof kCounts[0])
-
-static uint64_t load_u64le(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
 
 static void fail(const char* what, gcclResult_t r, size_t count, gcclDataType_t dt) {
   fprintf(stderr, "fuzz_decode: %s (result %d \"%s\", count %zu, dtype %d): %s\n", what, (int)r, gcclGetErrorString(r),
@@ -77,17 +72,13 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   gcclDataType_t dt = (gcclDataType_t)((dsel & 0x7F) % gcclNumTypes);
   if (!(dsel & 0x80) && whole_header && frame[6] < gcclNumTypes) dt = (gcclDataType_t)frame[6];
   size_t count = kCounts[(csel & 0x7F) % NUM_COUNTS];
-  if (!(csel & 0x80) && whole_header && load_u64le(frame + 8) <= MAX_HEADER_COUNT)
-    count = (size_t)load_u64le(frame + 8);
+  if (!(csel & 0x80) && whole_header && fuzz_load_u64le(frame + 8) <= MAX_HEADER_COUNT)
+    count = (size_t)fuzz_load_u64le(frame + 8);
 
   decode_checked(frame, len, count, dt);
 
   if (whole_header) {
-    uint8_t* sealed = malloc(len);
-    if (sealed == NULL) abort();
-    memcpy(sealed, frame, len);
-    uint32_t crc = frame_crc(sealed, len);
-    for (int i = 0; i < 4; i++) sealed[FRAME_CRC_OFFSET + i] = (uint8_t)(crc >> (8 * i));
+    uint8_t* sealed = fuzz_sealed_copy(frame, len);
     decode_checked(sealed, len, count, dt);
     free(sealed);
   }

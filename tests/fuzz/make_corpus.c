@@ -1,10 +1,12 @@
-/* make_corpus.c — writes seed inputs for fuzz_decode: valid frames of every codec.
+/* make_corpus.c — writes seed inputs for fuzz_decode and fuzz_collective: valid
+ * frames of every codec, and sparse-sr's range messages.
  *
  * Usage: make_corpus OUTDIR [SEED [PER_SPEC]]
  * Each file is the two selector bytes 0x00 0x00 (receiver takes the frame's own
  * dtype and count) followed by one frame encoded through the public API from
  * random normal data, some with a NaN or inf (the exceptions list) and some
- * with many of them (the raw fallback). Files over 4 KiB are not written.
+ * with many of them (the raw fallback); or by one range message (range-*.bin),
+ * sparse or dense. Files over 4 KiB are not written.
  * tests/fuzz/corpus/ holds the output of `make_corpus DIR 1 3`; scripts/fuzz.sh
  * adds fresh ones with a random seed. */
 #include <math.h>
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/sparse.h"
 #include "common/dtype.h"
 #include "gccl.h"
 
@@ -116,6 +119,28 @@ static int write_one(const char* dir, const char* spec, gcclDataType_t dt, size_
   return rc;
 }
 
+/* A range message of len values, about `nonzero` of them set, as
+ * OUTDIR/range-LEN-NONZERO.bin. 0 on success. */
+static int write_range(const char* dir, size_t len, size_t nonzero) {
+  float* x = calloc(len, sizeof *x);
+  unsigned char* m = malloc(2 + RANGE_HEADER + 4 * len);
+  if (x == NULL || m == NULL) return 1;
+  for (size_t k = 0; k < nonzero; k++) x[next_u64() % len] = (float)next_normal();
+  size_t bytes = sparse_range_write(m + 2, x, len) + 2;
+  m[0] = m[1] = 0;
+  int rc = 0;
+  if (bytes <= MAX_FILE_BYTES) {
+    char name[512];
+    snprintf(name, sizeof name, "%s/range-%zu-%zu.bin", dir, len, nonzero);
+    FILE* f = fopen(name, "wb");
+    if (f == NULL || fwrite(m, 1, bytes, f) != bytes) rc = 1;
+    if (f != NULL) fclose(f);
+  }
+  free(m);
+  free(x);
+  return rc;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s OUTDIR [SEED [PER_SPEC]]\n", argv[0]);
@@ -135,5 +160,11 @@ int main(int argc, char** argv) {
     }
   }
   rc |= write_one(argv[1], "none", gcclInt32, 37, 0, 0); /* none carries every dtype */
+  static const size_t kRangeLens[] = {7, 64, 300, 1000};
+  for (size_t l = 0; l < 4; l++) {
+    size_t len = kRangeLens[l];
+    const size_t nonzero[] = {0, 1, len / 10, len};
+    for (size_t z = 0; z < 4; z++) rc |= write_range(argv[1], len, nonzero[z]);
+  }
   return rc;
 }
