@@ -100,6 +100,7 @@ gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks, int node_size, in
   if (algo && c->forced_algo == ALGO_AUTO)
     GCCL_WARN("ignoring GCCL_ALGO=%s: not an algorithm's name (README lists them)", algo);
   res = dropin_create(&c->dropin, nranks, c->ctx.local_size);
+  if (res == gcclSuccess) res = comm_faults_read(c);
   if (res != gcclSuccess) {
     comm_free(c);
     return res;
@@ -115,6 +116,7 @@ void comm_free(gcclComm_t c) {
   arena_free(c->ctx.scratch, c->ctx.scratch_bytes);
   coll_workspace_free(&c->ctx);
   dropin_destroy(c->dropin);
+  free(c->faults);
   hier_state_free(c->ctx.hier);
   free(c->ctx.peer_send);
   free(c->ctx.peer_recv);
@@ -143,6 +145,7 @@ gcclResult_t gcclCommInitRank(gcclComm_t* comm, int nranks, gcclUniqueId id, int
     res = sim_transport_join(&wrapped, c->tp, &sim);
     if (res == gcclSuccess) c->tp = wrapped;
   }
+  if (res == gcclSuccess) res = comm_faults_install(c); /* outermost: the link model carries what it sends */
   if (res != gcclSuccess) {
     comm_free(c);
     return res;
@@ -175,6 +178,7 @@ gcclResult_t gcclCommInitAll(gcclComm_t* comms, int nranks) {
       GCCL_CHECK_GOTO(sim_transport_create(&wrapped, c->tp, link_model), res, fail_one);
       c->tp = wrapped;
     }
+    GCCL_CHECK_GOTO(comm_faults_install(c), res, fail_one);
     c->ctx.tp = c->tp;
   }
   local_world_unref(w); /* the transports hold them now */
