@@ -286,6 +286,15 @@ gcclResult_t comm_execute(gcclComm_t comm, const struct coll_args* call) {
   if (res == gcclSuccess) res = coll_agree(&comm->ctx, call, algo, comm->seq++);
   if (res == gcclSuccess) {
     res = coll_run(&comm->ctx, a, algo);
+    /* Step last: a call succeeds on no rank unless it succeeded on all. Without
+     * it a rank that had all it needed returned success while a peer failed
+     * later (a frame found corrupt by its last receiver, a peer that timed out),
+     * its error feedback a step ahead of the failed ranks', which keep theirs to
+     * retry; and after a lost message, ranks that took the next message of the
+     * pair in its place returned wrong sums as success (tests/core/test_faults.cc).
+     * A rank that failed aborts the transport, so the others leave this barrier
+     * with its error. The direct algorithms end in a barrier already. */
+    if (res == gcclSuccess && algo != ALGO_DIRECT) res = tp->ops->barrier(tp);
     if (res == gcclSuccess && a->comp)
       res = a->device_send ? device_commit_encode(a->comp) : compressor_commit(a->comp);
     /* Peers are mid-collective: a local failure must not leave them waiting. */
