@@ -101,7 +101,8 @@ std::vector<RankOutcome> RunRanks(const std::vector<gcclComm_t>& comms,
       const auto t0 = Clock::now();
       out[r].result = call(static_cast<int>(r), comms[r]);
       out[r].ms = gh::MsSince(t0);
-      if (out[r].result != gcclSuccess) out[r].error = gcclGetLastError(comms[r]);
+      // The thread's own copy: an abort from another thread may free the communicator.
+      if (out[r].result != gcclSuccess) out[r].error = gcclGetLastError(nullptr);
     });
   for (auto& t : threads) t.join();
   return out;
