@@ -100,6 +100,7 @@ gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks, int node_size, in
   if (algo && c->forced_algo == ALGO_AUTO)
     GCCL_WARN("ignoring GCCL_ALGO=%s: not an algorithm's name (README lists them)", algo);
   res = dropin_create(&c->dropin, nranks, c->ctx.local_size);
+  if (res == gcclSuccess) res = comm_faults_read(c);
   if (res != gcclSuccess) {
     comm_free(c);
     return res;
@@ -115,6 +116,7 @@ void comm_free(gcclComm_t c) {
   arena_free(c->ctx.scratch, c->ctx.scratch_bytes);
   coll_workspace_free(&c->ctx);
   dropin_destroy(c->dropin);
+  free(c->faults);
   hier_state_free(c->ctx.hier);
   free(c->ctx.peer_send);
   free(c->ctx.peer_recv);
@@ -143,6 +145,7 @@ gcclResult_t gcclCommInitRank(gcclComm_t* comm, int nranks, gcclUniqueId id, int
     res = sim_transport_join(&wrapped, c->tp, &sim);
     if (res == gcclSuccess) c->tp = wrapped;
   }
+  if (res == gcclSuccess) res = comm_faults_install(c); /* outermost: the link model carries what it sends */
   if (res != gcclSuccess) {
     comm_free(c);
     return res;
@@ -175,6 +178,7 @@ gcclResult_t gcclCommInitAll(gcclComm_t* comms, int nranks) {
       GCCL_CHECK_GOTO(sim_transport_create(&wrapped, c->tp, link_model), res, fail_one);
       c->tp = wrapped;
     }
+    GCCL_CHECK_GOTO(comm_faults_install(c), res, fail_one);
     c->ctx.tp = c->tp;
   }
   local_world_unref(w); /* the transports hold them now */
@@ -282,6 +286,15 @@ gcclResult_t comm_execute(gcclComm_t comm, const struct coll_args* call) {
   if (res == gcclSuccess) res = coll_agree(&comm->ctx, call, algo, comm->seq++);
   if (res == gcclSuccess) {
     res = coll_run(&comm->ctx, a, algo);
+    /* Step last: a call succeeds on no rank unless it succeeded on all. Without
+     * it a rank that had all it needed returned success while a peer failed
+     * later (a frame found corrupt by its last receiver, a peer that timed out),
+     * its error feedback a step ahead of the failed ranks', which keep theirs to
+     * retry; and after a lost message, ranks that took the next message of the
+     * pair in its place returned wrong sums as success (tests/core/test_faults.cc).
+     * A rank that failed aborts the transport, so the others leave this barrier
+     * with its error. The direct algorithms end in a barrier already. */
+    if (res == gcclSuccess && algo != ALGO_DIRECT) res = tp->ops->barrier(tp);
     if (res == gcclSuccess && a->comp)
       res = a->device_send ? device_commit_encode(a->comp) : compressor_commit(a->comp);
     /* Peers are mid-collective: a local failure must not leave them waiting. */

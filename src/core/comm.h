@@ -11,6 +11,8 @@
 
 #define COMM_MAGIC 0x6763636c436f6d6dULL /* "gcclComm" */
 
+struct fault_config;
+
 struct gcclComm {
   uint64_t magic;
   int rank;
@@ -29,6 +31,7 @@ struct gcclComm {
   char last_error[512];
   struct gcclStream* group_stream;   /* runs this comm's NULL-stream work of a group */
   struct device_stage* device_stage; /* pinned host buffers for device-buffer calls (device.h) */
+  struct fault_config* faults;       /* GCCL_FAULT, parsed; NULL when unset */
 };
 
 /* Allocates a communicator for `rank` of `nranks` with its scratch, reading the
@@ -77,6 +80,12 @@ gcclResult_t comm_group_stream(gcclComm_t comm, gcclStream_t* out);
 int group_record(gcclComm_t comm, const struct coll_args* args, gcclStream_t stream);
 /* Non-zero while the calling thread has a group open. */
 int group_open(void);
+
+/* GCCL_FAULT (faults.c): comm_faults_read parses it into comm->faults when set
+ * (gcclInvalidUsage, saying why, when it is malformed); comm_faults_install then
+ * wraps comm->tp, the rank's finished transport, with the fault injector. */
+gcclResult_t comm_faults_read(gcclComm_t comm);
+gcclResult_t comm_faults_install(gcclComm_t comm);
 
 /* Rendezvous of thread ranks by unique id (rendezvous.c). */
 gcclResult_t rendezvous_join(const gcclUniqueId* id, int nranks, int rank, int64_t timeout_ms, struct transport** tp);

@@ -149,6 +149,7 @@ gcclResult_t gcclCommInitMpi(gcclComm_t* comm, MPI_Comm mpiComm) {
     res = mpi_transport_create(&c->tp, dup, comm_id, c->timeout_ms, level, node_size == nranks);
   }
   uint64_t chunk_bytes = res == gcclSuccess ? mpi_transport_chunk_bytes(c->tp) : 0;
+  if (res == gcclSuccess) res = comm_faults_install(c);
   gcclResult_t all = setup_agree(dup, nranks, res, c ? c->ctx.local_size : 0, chunk_bytes);
   if (res == gcclSuccess) res = all;
   if (res != gcclSuccess) {

@@ -1,5 +1,6 @@
 /* sim_api.c — gccl_sim.h: a rank's virtual clock and sent bytes under the link model. */
 #include "../common/result.h"
+#include "../transport/fault.h"
 #include "../transport/sim.h"
 #include "comm.h"
 #include "gccl_sim.h"
@@ -8,12 +9,13 @@
 static gcclResult_t sim_of(gcclComm_t comm, const void* out, const char* fn, struct transport** tp) {
   GCCL_CHECK(argcheck_comm(comm, fn));
   if (!out) return comm_fail(comm, err_set(gcclInvalidArgument, "%s: the output pointer is NULL", fn));
-  if (!sim_transport_is(comm->tp))
+  struct transport* model = fault_transport_inner(comm->tp); /* GCCL_FAULT's injector wraps it */
+  if (!sim_transport_is(model))
     return comm_fail(comm, err_set(gcclInvalidUsage,
                                    "%s: the link model is off for this communicator; set GCCL_SIM_LINK_GBPS "
                                    "and/or GCCL_SIM_LINK_US before creating it",
                                    fn));
-  *tp = comm->tp;
+  *tp = model;
   return gcclSuccess;
 }
 

@@ -47,7 +47,12 @@ gcclResult_t gcclCommInitNccl(gcclComm_t* comm, ncclComm_t nccl) {
     return res;
   }
   c->tp = tp;
-  c->ctx.tp = tp;
+  res = comm_faults_install(c); /* GCCL_FAULT */
+  if (res != gcclSuccess) {
+    comm_free(c);
+    return res;
+  }
+  c->ctx.tp = c->tp;
   struct sim_config sim;
   if (sim_config_from_env(&sim, c->ctx.local_size))
     GCCL_WARN("GCCL_SIM_LINK_* ignored: the link model serves thread ranks; NCCL ranks use the real links");
