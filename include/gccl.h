@@ -76,6 +76,11 @@ typedef enum {
  * integer types). Integer sums and products wrap around modulo 2^bits. */
 typedef enum { gcclSum = 0, gcclProd = 1, gcclMax = 2, gcclMin = 3, gcclAvg = 4, gcclNumOps = 5 } gcclRedOp_t;
 
+/* Handles. gccl keeps the set of its live communicators, streams and compressors:
+ * a handle that was destroyed, aborted, never created, or is of another kind is
+ * gcclInvalidArgument wherever it is passed, without gccl reading through it.
+ * (A destroyed object's memory is reused only after 64 more destructions; a handle
+ * used later than that may name a new object at the same address.) */
 typedef struct gcclComm* gcclComm_t;
 typedef struct gcclStream* gcclStream_t; /* NULL = run in the calling thread */
 typedef struct gcclCompressor* gcclCompressor_t;
@@ -110,20 +115,20 @@ GCCL_API gcclResult_t gcclGetUniqueId(gcclUniqueId* id);
  * ranks that called with the same id; the ranks are threads of this process
  * (local transport). Blocks until all nranks ranks have joined, or returns
  * gcclTimeout after GCCL_TIMEOUT_MS. Reads the GCCL_* environment once, here.
- * Errors: gcclInvalidArgument (NULL comm, nranks < 1, rank out of range, an id not
- * made by gcclGetUniqueId), gcclInvalidUsage (a rank joined twice, or ranks gave
+ * Errors: gcclInvalidArgument (NULL comm, nranks < 1 or > 4096, rank out of range,
+ * an id not made by gcclGetUniqueId), gcclInvalidUsage (a rank joined twice, or ranks gave
  * different nranks). On error *comm is set to NULL. */
 GCCL_API gcclResult_t gcclCommInitRank(gcclComm_t* comm, int nranks, gcclUniqueId id, int rank);
 
 /* Creates nranks communicators, one per rank, all in this process, in one call:
  * comms[i] is rank i. Drive them from one thread with streams and groups, or from
- * one thread per rank. Errors: gcclInvalidArgument (NULL comms, nranks < 1);
+ * one thread per rank. Errors: gcclInvalidArgument (NULL comms, nranks < 1 or > 4096);
  * on error no communicator is created. */
 GCCL_API gcclResult_t gcclCommInitAll(gcclComm_t* comms, int nranks);
 
 /* Frees comm after its pending stream work has finished. Not collective: each
  * rank destroys its own. comm must not be used afterwards. gcclInvalidArgument if
- * comm is NULL. */
+ * comm is NULL or not live (destroyed or aborted already). */
 GCCL_API gcclResult_t gcclCommDestroy(gcclComm_t comm);
 
 /* Like gcclCommDestroy, but first stops all ranks of the communicator: any rank
@@ -150,9 +155,10 @@ GCCL_API gcclResult_t gcclCommGetAsyncError(gcclComm_t comm, gcclResult_t* async
  * queues the work and returns; errors of the work itself are reported by
  * gcclStreamSynchronize and gcclCommGetAsyncError.
  *
- * Common errors: gcclInvalidArgument (NULL comm, NULL buffer with count > 0, bad
- * datatype, op or root, partial overlap, a byte size that overflows size_t),
- * gcclInvalidUsage (ranks disagree; comm in an error state), gcclTimeout,
+ * Common errors: gcclInvalidArgument (NULL or not live comm or stream, NULL buffer
+ * with count > 0, bad datatype, op or root, partial overlap, a buffer not aligned
+ * to its elements, a byte size that overflows size_t), gcclInvalidUsage (ranks
+ * disagree; comm in an error state, refused at once), gcclTimeout,
  * gcclRemoteError (a peer failed or aborted). On error, sendbuff is unchanged. */
 
 /* recvbuff[i] = op over ranks r of sendbuff_r[i], for i < count, on every rank.
@@ -202,7 +208,9 @@ GCCL_API gcclResult_t gcclStreamDestroy(gcclStream_t s);
  * with a stream are queued on it; those with a NULL stream run concurrently and
  * gcclGroupEnd waits for them and returns their first error. This lets one thread
  * drive every rank of gcclCommInitAll. Groups nest; only the outermost End
- * launches. gcclGroupEnd without a Start is gcclInvalidUsage. */
+ * launches. gcclGroupEnd without a Start is gcclInvalidUsage; a recorded call whose
+ * communicator or stream was destroyed before the End is gcclInvalidArgument, and
+ * then nothing of the group runs. */
 GCCL_API gcclResult_t gcclGroupStart(void);
 GCCL_API gcclResult_t gcclGroupEnd(void);
 
@@ -215,7 +223,9 @@ GCCL_API gcclResult_t gcclGroupEnd(void);
  * `datatype` and holds its error-feedback residual (fp32). One thread (or one
  * stream) uses a compressor at a time.
  * Errors: gcclInvalidArgument (NULL pointers, unknown codec/key/value, a lossy
- * codec on an integer datatype, count too large, zstd asked of a build without). */
+ * codec on an integer datatype, count too large, zstd asked of a build without).
+ * Every function below that takes a compressor refuses a NULL or not live one
+ * (gcclInvalidArgument). */
 GCCL_API gcclResult_t gcclCompressorCreate(gcclCompressor_t* c, const char* spec, size_t count,
                                            gcclDataType_t datatype);
 GCCL_API gcclResult_t gcclCompressorDestroy(gcclCompressor_t c);

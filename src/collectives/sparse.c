@@ -121,12 +121,14 @@ gcclResult_t sparse_frames_sum(struct coll_ctx* ctx, const struct coll_args* a, 
   sizes[up] = own_bytes;
   GCCL_CHECK(tp->ops->allgather_small(tp, &sizes[up], sizeof(uint64_t), sizes));
 
-  size_t total = frames_at;
+  /* Every rank encodes into compressor_bound_f32 bytes, so a larger announced
+   * size is corrupt: refused before it can size the workspace. */
+  size_t total = frames_at, bound = compressor_bound_f32(a->comp, n);
   for (int r = 0; r < p; r++) {
     if (r == me) continue;
-    if (sizes[r] > SIZE_MAX / 4 - total)
-      return err_set(gcclCorruptData, "sparse: rank %d announces a frame of %llu bytes", r,
-                     (unsigned long long)sizes[r]);
+    if (sizes[r] > bound)
+      return err_set(gcclCorruptData, "sparse: rank %d announces a frame of %llu bytes, above the codec's bound of %zu",
+                     r, (unsigned long long)sizes[r], bound);
     total += coll_align64((size_t)sizes[r]);
   }
   size_t sum_at = total;

@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "log.h"
 
@@ -30,6 +31,21 @@ gcclResult_t err_set(gcclResult_t result, const char* fmt, ...) {
   return result;
 }
 
-const char* err_last(void) { return last_error; }
+const char* err_last(void) {
+  return last_error;
+}
 
-void err_clear(void) { last_error[0] = '\0'; }
+gcclResult_t err_prefix(gcclResult_t result, const char* fn) {
+  if (result == gcclSuccess) return result;
+  size_t n = strlen(fn);
+  if (n + 3 > sizeof last_error) return result;
+  memmove(last_error + n + 2, last_error, sizeof last_error - n - 2); /* the text's tail may be cut */
+  last_error[sizeof last_error - 1] = '\0';
+  memcpy(last_error, fn, n);
+  memcpy(last_error + n, ": ", 2);
+  return result;
+}
+
+void err_clear(void) {
+  last_error[0] = '\0';
+}

@@ -6,15 +6,15 @@
 
 /* One table generates the result names (gcclGetErrorString) in the order of
  * gcclResult_t, as libuv's UV_ERRNO_MAP does. */
-#define GCCL_RESULT_TABLE(X)                                   \
-  X(gcclSuccess, "no error")                                   \
-  X(gcclSystemError, "unhandled system error")                 \
-  X(gcclInternalError, "internal error - please report this")  \
-  X(gcclInvalidArgument, "invalid argument")                   \
-  X(gcclInvalidUsage, "invalid usage")                         \
+#define GCCL_RESULT_TABLE(X)                                               \
+  X(gcclSuccess, "no error")                                               \
+  X(gcclSystemError, "unhandled system error")                             \
+  X(gcclInternalError, "internal error - please report this")              \
+  X(gcclInvalidArgument, "invalid argument")                               \
+  X(gcclInvalidUsage, "invalid usage")                                     \
   X(gcclRemoteError, "remote process exited or there was a network error") \
-  X(gcclInProgress, "GCCL operation in progress")              \
-  X(gcclTimeout, "timed out waiting for a peer")               \
+  X(gcclInProgress, "GCCL operation in progress")                          \
+  X(gcclTimeout, "timed out waiting for a peer")                           \
   X(gcclCorruptData, "corrupt data received")
 
 /* Records a description of an error for the calling thread (printf format) and
@@ -26,13 +26,18 @@ gcclResult_t err_set(gcclResult_t result, const char* fmt, ...) __attribute__((f
  * next err_set. */
 const char* err_last(void);
 
+/* When result is a failure, puts "fn: " before the calling thread's last error
+ * text (a public function naming itself in front of a nested check's message).
+ * Returns result. */
+gcclResult_t err_prefix(gcclResult_t result, const char* fn);
+
 /* Forgets the calling thread's last error text. */
 void err_clear(void);
 
 /* Propagate a failure to the caller; the happy path stays readable. */
-#define GCCL_CHECK(call)                       \
-  do {                                         \
-    gcclResult_t check_res_ = (call);          \
+#define GCCL_CHECK(call)                              \
+  do {                                                \
+    gcclResult_t check_res_ = (call);                 \
     if (check_res_ != gcclSuccess) return check_res_; \
   } while (0)
 

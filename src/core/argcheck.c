@@ -7,7 +7,9 @@
 
 gcclResult_t argcheck_comm(gcclComm_t comm, const char* fn) {
   if (!comm) return err_set(gcclInvalidArgument, "%s: comm is NULL", fn);
-  if (comm->magic != COMM_MAGIC) return err_set(gcclInvalidArgument, "%s: comm is not a live communicator", fn);
+  if (!handle_live(HANDLE_COMM, comm))
+    return err_set(gcclInvalidArgument, "%s: comm %p is not a live communicator (destroyed, aborted, or never created)",
+                   fn, (void*)comm);
   return gcclSuccess;
 }
 
@@ -56,5 +58,12 @@ gcclResult_t argcheck_collective(gcclComm_t comm, const struct coll_args* a, con
   if (bytes && e.writes_recv && !a->recvbuff) return err_set(gcclInvalidArgument, "%s: recvbuff is NULL", fn);
   if (e.reads_send && e.writes_recv)
     GCCL_CHECK(check_overlap(a, e.send_bytes, e.recv_bytes, (size_t)comm->rank * bytes, fn));
-  return gcclSuccess;
+  /* The kernels read and write whole elements (vector loads assume it). */
+  if (bytes && e.reads_send && (uintptr_t)a->sendbuff % size)
+    return err_set(gcclInvalidArgument, "%s: sendbuff %p is not aligned to its %s elements (%zu bytes)", fn,
+                   a->sendbuff, dtype_name(a->dt), size);
+  if (bytes && e.writes_recv && (uintptr_t)a->recvbuff % size)
+    return err_set(gcclInvalidArgument, "%s: recvbuff %p is not aligned to its %s elements (%zu bytes)", fn,
+                   a->recvbuff, dtype_name(a->dt), size);
+  return comm_check_usable(comm, fn); /* refused at once, queued on a stream or not */
 }

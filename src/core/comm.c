@@ -19,9 +19,12 @@
 #include "dropin.h"
 
 #define DEFAULT_TIMEOUT_MS 300000
+/* Thread ranks: each is a thread of this process, and the local transport keeps a
+ * channel per ordered pair of ranks, so a hostile nranks must not reach it. */
+#define LOCAL_MAX_RANKS 4096
 
 gcclResult_t comm_fail(gcclComm_t comm, gcclResult_t result) {
-  if (result != gcclSuccess && comm && comm->magic == COMM_MAGIC) {
+  if (result != gcclSuccess && handle_live(HANDLE_COMM, comm)) {
     pthread_mutex_lock(&comm->mu);
     snprintf(comm->last_error, sizeof comm->last_error, "%s", err_last());
     pthread_mutex_unlock(&comm->mu);
@@ -30,7 +33,7 @@ gcclResult_t comm_fail(gcclComm_t comm, gcclResult_t result) {
 }
 
 const char* gcclGetLastError(gcclComm_t comm) {
-  if (comm && comm->magic == COMM_MAGIC) return comm->last_error;
+  if (handle_live(HANDLE_COMM, comm)) return comm->last_error;
   return err_last();
 }
 
@@ -83,7 +86,6 @@ gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks, int node_size, in
     free(c);
     return res != gcclSuccess ? res : err_set(gcclSystemError, "out of memory allocating a communicator");
   }
-  c->magic = COMM_MAGIC;
   c->rank = rank;
   c->nranks = nranks;
   c->ctx.rank = rank;
@@ -101,6 +103,7 @@ gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks, int node_size, in
     GCCL_WARN("ignoring GCCL_ALGO=%s: not an algorithm's name (README lists them)", algo);
   res = dropin_create(&c->dropin, nranks, c->ctx.local_size);
   if (res == gcclSuccess) res = comm_faults_read(c);
+  if (res == gcclSuccess) res = handle_add(HANDLE_COMM, c);
   if (res != gcclSuccess) {
     comm_free(c);
     return res;
@@ -122,8 +125,7 @@ void comm_free(gcclComm_t c) {
   free(c->ctx.peer_recv);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->idle);
-  c->magic = 0;
-  free(c);
+  handle_retire(HANDLE_COMM, c);
 }
 
 gcclResult_t gcclCommInitRank(gcclComm_t* comm, int nranks, gcclUniqueId id, int rank) {
@@ -131,6 +133,10 @@ gcclResult_t gcclCommInitRank(gcclComm_t* comm, int nranks, gcclUniqueId id, int
   if (!comm) return err_set(gcclInvalidArgument, "gcclCommInitRank: comm is NULL");
   *comm = NULL;
   if (nranks < 1) return err_set(gcclInvalidArgument, "gcclCommInitRank: nranks %d is less than 1", nranks);
+  if (nranks > LOCAL_MAX_RANKS)
+    return err_set(gcclInvalidArgument,
+                   "gcclCommInitRank: nranks %d is more than the %d thread ranks a process supports", nranks,
+                   LOCAL_MAX_RANKS);
   if (rank < 0 || rank >= nranks)
     return err_set(gcclInvalidArgument, "gcclCommInitRank: rank %d is not in [0, %d)", rank, nranks);
   if (!unique_id_valid(&id))
@@ -160,6 +166,10 @@ gcclResult_t gcclCommInitAll(gcclComm_t* comms, int nranks) {
   log_init();
   if (!comms) return err_set(gcclInvalidArgument, "gcclCommInitAll: comms is NULL");
   if (nranks < 1) return err_set(gcclInvalidArgument, "gcclCommInitAll: nranks %d is less than 1", nranks);
+  if (nranks > LOCAL_MAX_RANKS)
+    return err_set(gcclInvalidArgument,
+                   "gcclCommInitAll: nranks %d is more than the %d thread ranks a process supports", nranks,
+                   LOCAL_MAX_RANKS);
   struct local_world* w;
   GCCL_CHECK(local_world_create(&w, nranks));
   struct sim_world* link_model = NULL; /* GCCL_SIM_LINK_*: wraps every rank's transport */
@@ -254,6 +264,14 @@ gcclResult_t gcclCommGetAsyncError(gcclComm_t comm, gcclResult_t* asyncError) {
 
 /* ---- execution ----------------------------------------------------------------------- */
 
+gcclResult_t comm_check_usable(gcclComm_t comm, const char* fn) {
+  gcclResult_t broken = comm->tp->ops->broken(comm->tp);
+  if (broken != gcclSuccess)
+    return err_set(gcclInvalidUsage, "%s: the communicator is in an error state (%s); destroy it", fn,
+                   gcclGetErrorString(broken));
+  return gcclSuccess;
+}
+
 /* The algorithm for a call: the tuner's, with a compressor's codec in mind. */
 enum coll_algo comm_choose_algo(gcclComm_t comm, const struct coll_args* a) {
   size_t bytes = a->count * dtype_size(a->dt);
@@ -268,10 +286,7 @@ gcclResult_t comm_execute(gcclComm_t comm, const struct coll_args* call) {
   if (call->device) return comm_fail(comm, device_execute(&comm->device_stage, comm, call, comm_execute));
   log_set_rank(comm->rank);
   struct transport* tp = comm->tp;
-  gcclResult_t broken = tp->ops->broken(tp);
-  if (broken != gcclSuccess)
-    return comm_fail(comm, err_set(gcclInvalidUsage, "%s: the communicator is in an error state (%s); destroy it",
-                                   coll_kind_name(call->kind), gcclGetErrorString(broken)));
+  GCCL_CHECK(comm_fail(comm, comm_check_usable(comm, coll_kind_name(call->kind))));
   /* Codec "none" is the dense path itself: bit-identical to the dense call. */
   struct coll_args args = *call;
   const struct coll_args* a = &args;

@@ -8,13 +8,11 @@
 
 #include "../collectives/coll.h"
 #include "gccl.h"
-
-#define COMM_MAGIC 0x6763636c436f6d6dULL /* "gcclComm" */
+#include "handles.h"
 
 struct fault_config;
 
 struct gcclComm {
-  uint64_t magic;
   int rank;
   int nranks;
   struct transport* tp;
@@ -51,6 +49,10 @@ enum coll_algo comm_choose_algo(gcclComm_t comm, const struct coll_args* a);
 /* Runs one collective now, in the calling thread: tuner, agreement, algorithm.
  * On failure the message is in the communicator's last error. */
 gcclResult_t comm_execute(gcclComm_t comm, const struct coll_args* args);
+
+/* gcclInvalidUsage, naming fn, when comm is in an error state (a timeout, an
+ * abort, a corrupt frame broke it): it refuses all work. */
+gcclResult_t comm_check_usable(gcclComm_t comm, const char* fn);
 
 /* Copies the calling thread's last error text to comm (when comm is valid) and
  * returns `result`. */

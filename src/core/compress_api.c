@@ -17,6 +17,26 @@
  * (residual, frames, index sections) far from overflowing size_t. */
 #define COMPRESSOR_MAX_COUNT (SIZE_MAX / 64)
 
+/* c must be a live compressor: NULL, destroyed and made-up handles are refused
+ * before anything reads through them. */
+static gcclResult_t check_compressor(gcclCompressor_t c, const char* fn) {
+  if (c == NULL) return err_set(gcclInvalidArgument, "%s: compressor is NULL", fn);
+  if (!handle_live(HANDLE_COMPRESSOR, c))
+    return err_set(gcclInvalidArgument, "%s: compressor %p is not a live compressor (destroyed, or never created)", fn,
+                   (void*)c);
+  return gcclSuccess;
+}
+
+static void compressor_free(struct gcclCompressor* c) {
+  device_compressor_free(c);
+  if (c->state) c->ops->state_destroy(c->state);
+  arena_free(c->work, c->count * sizeof(float));
+  arena_free(c->residual, c->count * sizeof(float));
+  arena_free(c->tmp, c->count * sizeof(float));
+  free(c->exc.idx);
+  handle_retire(HANDLE_COMPRESSOR, c);
+}
+
 static int ranges_overlap(const void* a, size_t abytes, const void* b, size_t bbytes) {
   uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
   return abytes && bbytes && x < y + bbytes && y < x + abytes;
@@ -32,7 +52,7 @@ gcclResult_t gcclCompressorCreate(gcclCompressor_t* out, const char* spec, size_
     return err_set(gcclInvalidArgument, "gcclCompressorCreate: count %zu too large (at most %zu)", count,
                    (size_t)COMPRESSOR_MAX_COUNT);
   struct codec_spec s;
-  GCCL_CHECK(spec_parse(spec, &s));
+  GCCL_CHECK(err_prefix(spec_parse(spec, &s), "gcclCompressorCreate"));
   if (s.codec != CODEC_NONE && !dtype_is_float(dt))
     return err_set(gcclInvalidArgument,
                    "gcclCompressorCreate: codec %s compresses floating-point tensors only, not %s (use \"none\")",
@@ -58,29 +78,24 @@ gcclResult_t gcclCompressorCreate(gcclCompressor_t* out, const char* spec, size_
   if (s.ef) GCCL_CHECK_GOTO(arena_alloc((void**)&c->residual, count * sizeof(float)), res, fail);
   if (c->ops->state_create) GCCL_CHECK_GOTO(c->ops->state_create(&c->spec, count, &c->state), res, fail);
   c->bound = compressor_bound(c, count);
+  GCCL_CHECK_GOTO(handle_add(HANDLE_COMPRESSOR, c), res, fail);
   GCCL_INFO(LOG_INIT, "compressor %s for %zu %s: frames of at most %zu bytes", c->spec_text, count, dtype_name(dt),
             c->bound);
   *out = c;
   return gcclSuccess;
 fail:
-  gcclCompressorDestroy(c);
+  compressor_free(c);
   return res;
 }
 
 gcclResult_t gcclCompressorDestroy(gcclCompressor_t c) {
-  if (c == NULL) return err_set(gcclInvalidArgument, "gcclCompressorDestroy: compressor is NULL");
-  device_compressor_free(c);
-  if (c->state) c->ops->state_destroy(c->state);
-  arena_free(c->work, c->count * sizeof(float));
-  arena_free(c->residual, c->count * sizeof(float));
-  arena_free(c->tmp, c->count * sizeof(float));
-  free(c->exc.idx);
-  free(c);
+  GCCL_CHECK(check_compressor(c, "gcclCompressorDestroy"));
+  compressor_free(c);
   return gcclSuccess;
 }
 
 gcclResult_t gcclCompressorGetResidual(gcclCompressor_t c, void* out) {
-  if (c == NULL) return err_set(gcclInvalidArgument, "gcclCompressorGetResidual: compressor is NULL");
+  GCCL_CHECK(check_compressor(c, "gcclCompressorGetResidual"));
   if (out == NULL && c->count > 0) return err_set(gcclInvalidArgument, "gcclCompressorGetResidual: out is NULL");
   size_t es = dtype_size(c->dt);
   if ((uintptr_t)out % es != 0)
@@ -112,7 +127,7 @@ gcclResult_t gcclCompressorGetResidual(gcclCompressor_t c, void* out) {
 }
 
 gcclResult_t gcclCompressorSetResidual(gcclCompressor_t c, const void* in) {
-  if (c == NULL) return err_set(gcclInvalidArgument, "gcclCompressorSetResidual: compressor is NULL");
+  GCCL_CHECK(check_compressor(c, "gcclCompressorSetResidual"));
   if (in == NULL && c->count > 0) return err_set(gcclInvalidArgument, "gcclCompressorSetResidual: in is NULL");
   size_t es = dtype_size(c->dt);
   if ((uintptr_t)in % es != 0)
@@ -146,13 +161,14 @@ gcclResult_t gcclCompressorSetResidual(gcclCompressor_t c, const void* in) {
 }
 
 gcclResult_t gcclEncodeBound(gcclCompressor_t c, size_t* maxBytes) {
-  if (c == NULL || maxBytes == NULL) return err_set(gcclInvalidArgument, "gcclEncodeBound: NULL argument");
+  GCCL_CHECK(check_compressor(c, "gcclEncodeBound"));
+  if (maxBytes == NULL) return err_set(gcclInvalidArgument, "gcclEncodeBound: maxBytes is NULL");
   *maxBytes = c->bound;
   return gcclSuccess;
 }
 
 gcclResult_t gcclEncode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frameBytes) {
-  if (c == NULL) return err_set(gcclInvalidArgument, "gcclEncode: compressor is NULL");
+  GCCL_CHECK(check_compressor(c, "gcclEncode"));
   if (frame == NULL || frameBytes == NULL)
     return err_set(gcclInvalidArgument, "gcclEncode: frame or frameBytes is NULL");
   size_t es = dtype_size(c->dt), bytes = c->count * es;
@@ -186,9 +202,10 @@ gcclResult_t gcclDecodeAccumulate(const void* frame, size_t frameBytes, void* ds
   if (count > SIZE_MAX / es) return err_set(gcclInvalidArgument, "gcclDecodeAccumulate: count %zu too large", count);
   if (ranges_overlap(frame, frameBytes, dst, count * es))
     return err_set(gcclInvalidArgument, "gcclDecodeAccumulate: frame and dst overlap");
-  if (device_is_pointer(frame) || device_is_pointer(dst))
-    return device_decode_accumulate(frame, frameBytes, dst, count, dt);
-  return frame_decode_accumulate(frame, frameBytes, dst, count, dt);
+  gcclResult_t res = device_is_pointer(frame) || device_is_pointer(dst)
+                         ? device_decode_accumulate(frame, frameBytes, dst, count, dt)
+                         : frame_decode_accumulate(frame, frameBytes, dst, count, dt);
+  return err_prefix(res, "gcclDecodeAccumulate");
 }
 
 /* ---- compressed collectives ------------------------------------------------- */
@@ -199,7 +216,7 @@ gcclResult_t gcclDecodeAccumulate(const void* frame, size_t frameBytes, void* ds
 static gcclResult_t launch_compressed(gcclComm_t comm, struct coll_args* a, size_t tensor, gcclCompressor_t c,
                                       gcclStream_t stream, const char* fn) {
   gcclResult_t res = argcheck_collective(comm, a, fn);
-  if (res == gcclSuccess && c == NULL) res = err_set(gcclInvalidArgument, "%s: compressor is NULL", fn);
+  if (res == gcclSuccess) res = check_compressor(c, fn);
   if (res == gcclSuccess && c->dt != a->dt)
     res = err_set(gcclInvalidArgument, "%s: the compressor was made for %s, the call passes %s", fn, dtype_name(c->dt),
                   dtype_name(a->dt));
@@ -208,9 +225,6 @@ static gcclResult_t launch_compressed(gcclComm_t comm, struct coll_args* a, size
                   c->count, tensor);
   if (res == gcclSuccess && a->kind != COLL_ALLGATHER && a->op != gcclSum && a->op != gcclAvg)
     res = err_set(gcclInvalidArgument, "%s: compressed collectives reduce with sum or avg, not %s", fn, op_name(a->op));
-  size_t es = dtype_size(a->dt);
-  if (res == gcclSuccess && es && ((uintptr_t)a->sendbuff % es || (uintptr_t)a->recvbuff % es))
-    res = err_set(gcclInvalidArgument, "%s: buffers must be aligned to their %s elements", fn, dtype_name(a->dt));
   if (res == gcclSuccess && stream && !stream_valid(stream))
     res = err_set(gcclInvalidArgument, "%s: stream is not a live gcclStream_t", fn);
   if (res != gcclSuccess) return comm_fail(comm, res);
@@ -234,7 +248,7 @@ gcclResult_t gcclReduceScatterCompressed(const void* sendbuff, void* recvbuff, s
                                          gcclRedOp_t op, gcclCompressor_t c, gcclComm_t comm, gcclStream_t s) {
   struct coll_args a = coll_call(COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, dt, op, 0);
   /* The compressor serves the whole send buffer: nranks * recvcount elements. */
-  size_t tensor = (comm && comm->magic == COMM_MAGIC && recvcount <= SIZE_MAX / (size_t)comm->nranks)
+  size_t tensor = (handle_live(HANDLE_COMM, comm) && recvcount <= SIZE_MAX / (size_t)comm->nranks)
                       ? recvcount * (size_t)comm->nranks
                       : recvcount;
   return launch_compressed(comm, &a, tensor, c, s, "gcclReduceScatterCompressed");

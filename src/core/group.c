@@ -54,13 +54,22 @@ gcclResult_t gcclGroupEnd(void) {
   record_error = gcclSuccess;
   size_t n = nops;
   nops = 0;
-  /* Launch everything first, then wait: the calls need each other to finish. */
+  /* A communicator or stream destroyed since its call was recorded fails the
+   * group before anything is launched. */
   for (size_t i = 0; i < n && res == gcclSuccess; i++) {
-    gcclStream_t s = ops[i].stream;
-    if (!s) res = comm_group_stream(ops[i].comm, &s);
-    if (res == gcclSuccess) res = stream_push(s, ops[i].comm, &ops[i].args);
+    if (!handle_live(HANDLE_COMM, ops[i].comm))
+      res = err_set(gcclInvalidArgument, "gcclGroupEnd: the communicator of the group's call %zu was destroyed", i);
+    else if (ops[i].stream && !stream_valid(ops[i].stream))
+      res = err_set(gcclInvalidArgument, "gcclGroupEnd: the stream of the group's call %zu was destroyed", i);
   }
-  for (size_t i = 0; i < n; i++) {
+  /* Launch everything first, then wait: the calls need each other to finish. */
+  size_t launched = 0;
+  for (; launched < n && res == gcclSuccess; launched++) {
+    gcclStream_t s = ops[launched].stream;
+    if (!s) res = comm_group_stream(ops[launched].comm, &s);
+    if (res == gcclSuccess) res = stream_push(s, ops[launched].comm, &ops[launched].args);
+  }
+  for (size_t i = 0; i < launched; i++) {
     if (ops[i].stream) continue;
     gcclStream_t s = ops[i].comm->group_stream;
     if (!s) continue;

@@ -8,7 +8,6 @@
 #include "../common/result.h"
 #include "comm.h"
 
-#define STREAM_MAGIC 0x6763636c5374726dULL /* "gcclStrm" */
 #define STREAM_CAPACITY 256
 
 struct stream_task {
@@ -17,7 +16,6 @@ struct stream_task {
 };
 
 struct gcclStream {
-  uint64_t magic;
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t changed; /* task queued, task done, or stop */
@@ -51,7 +49,7 @@ static void* stream_main(void* arg) {
 }
 
 int stream_valid(gcclStream_t s) {
-  return s && s->magic == STREAM_MAGIC;
+  return handle_live(HANDLE_STREAM, s);
 }
 
 void* stream_cuda(gcclStream_t s) {
@@ -67,13 +65,17 @@ gcclResult_t gcclStreamCreate(gcclStream_t* out) {
   *out = NULL;
   gcclStream_t s = calloc(1, sizeof *s);
   if (!s) return err_set(gcclSystemError, "gcclStreamCreate: out of memory");
+  gcclResult_t res = handle_add(HANDLE_STREAM, s);
+  if (res != gcclSuccess) {
+    free(s);
+    return res;
+  }
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->changed, NULL);
-  s->magic = STREAM_MAGIC;
   if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->changed);
-    free(s);
+    handle_retire(HANDLE_STREAM, s);
     return err_set(gcclSystemError, "gcclStreamCreate: cannot start the worker thread");
   }
   *out = s;
@@ -112,8 +114,7 @@ gcclResult_t gcclStreamDestroy(gcclStream_t s) {
   pthread_join(s->thread, NULL); /* the worker drains the queue first */
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->changed);
-  s->magic = 0;
-  free(s);
+  handle_retire(HANDLE_STREAM, s);
   return gcclSuccess;
 }
 

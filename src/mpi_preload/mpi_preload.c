@@ -304,11 +304,12 @@ static struct preload_comm* preload_comm_create(MPI_Comm comm) {
 
 /* ---- MPI_Allreduce ------------------------------------------------------------------ */
 
-/* NULL buffers, and buffers that overlap without MPI_IN_PLACE, are MPI's to report. */
-static int buffers_plain(const void* sendbuf, const void* recvbuf, size_t bytes) {
-  if (!recvbuf) return 0;
+/* NULL buffers and buffers that overlap without MPI_IN_PLACE are MPI's to report;
+ * buffers not aligned to their elements, which gccl refuses, are MPI's to reduce. */
+static int buffers_plain(const void* sendbuf, const void* recvbuf, size_t bytes, size_t elem) {
+  if (!recvbuf || (uintptr_t)recvbuf % elem) return 0;
   if (sendbuf == MPI_IN_PLACE) return 1;
-  if (!sendbuf) return 0;
+  if (!sendbuf || (uintptr_t)sendbuf % elem) return 0;
   uintptr_t s = (uintptr_t)sendbuf, r = (uintptr_t)recvbuf;
   return s + bytes <= r || r + bytes <= s;
 }
@@ -346,7 +347,8 @@ static int after_failure(struct preload_comm* pc, gcclResult_t res, const void* 
 /* The slow road: a call of the right type, op and size. */
 static __attribute__((noinline)) int allreduce_eligible(const void* sendbuf, void* recvbuf, int count,
                                                         MPI_Datatype datatype, size_t bytes, MPI_Comm comm) {
-  if (comm == MPI_COMM_NULL || in_gccl || atomic_load(&finalizing) || !buffers_plain(sendbuf, recvbuf, bytes))
+  if (comm == MPI_COMM_NULL || in_gccl || atomic_load(&finalizing) ||
+      !buffers_plain(sendbuf, recvbuf, bytes, bytes / (size_t)count))
     return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, MPI_SUM, comm);
   if (!atomic_load(&keyval_made)) { /* the first eligible call: MPI must be up to make the keyval */
     int initialized = 0, finalized = 0;

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -25,6 +26,7 @@ extern "C" {
 #include "collectives/sparse.h"
 #include "common/result.h"
 #include "compress/spec.h"
+#include "transport/local.h"
 }
 
 namespace {
@@ -597,6 +599,64 @@ TEST(SparseSpec, GlobalMismatchIsInvalidUsage) {
     EXPECT_EQ(res[static_cast<size_t>(r)], gcclInvalidUsage) << "rank " << r;
     gcclCompressorDestroy(c[r]);
   }
+}
+
+// ---- a peer that announces an impossible frame size ------------------------------------
+
+// Rank 0's transport reports rank 1's announced frame size (the only 8-byte small
+// allgather of sparse-ag) as one byte past the codec's bound.
+const transport_ops* g_honest_ops = nullptr;
+uint64_t g_lie_bytes = 0;
+
+gcclResult_t AllgatherSmallThatLies(struct transport* tp, const void* in, size_t bytes, void* out) {
+  gcclResult_t r = g_honest_ops->allgather_small(tp, in, bytes, out);
+  if (r == gcclSuccess && bytes == sizeof(uint64_t)) std::memcpy(static_cast<char*>(out) + bytes, &g_lie_bytes, bytes);
+  return r;
+}
+
+TEST(SparseAllReduce, AFrameSizeAboveTheBoundIsCorruptNotAnAllocation) {
+  const int p = 2;
+  const size_t n = 1000;
+  Compressors comps("topk:ratio=0.1", p, n, gcclFloat32);
+  size_t bound = 0;
+  ASSERT_EQ(gcclEncodeBound(comps[0], &bound), gcclSuccess);
+  g_lie_bytes = bound + 1;
+  struct local_world* w = nullptr;
+  ASSERT_EQ(local_world_create(&w, p), gcclSuccess);
+  std::vector<struct transport*> tps(p, nullptr);
+  for (int r = 0; r < p; ++r) ASSERT_EQ(local_transport_create(&tps[r], w, r, 20000), gcclSuccess);
+  transport_ops lying = *tps[0]->ops;
+  g_honest_ops = tps[0]->ops;
+  lying.allgather_small = AllgatherSmallThatLies;
+  tps[0]->ops = &lying;
+  const std::vector<Vec> in = Inputs(p, n, 77, false);
+  std::vector<Vec> out(p, Vec(n, -1.0f));
+  std::vector<gcclResult_t> res(p, gcclInternalError);
+  std::vector<std::string> text(p);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < p; ++r)
+    threads.emplace_back([&, r] {
+      const size_t ur = static_cast<size_t>(r);
+      std::vector<unsigned char> scratch(1 << 16);
+      struct coll_ctx ctx = {tps[ur], r, p, scratch.data(), scratch.size(), nullptr, nullptr, p, nullptr, 0, nullptr};
+      struct coll_args a = coll_call(COLL_ALLREDUCE, in[ur].data(), out[ur].data(), n, gcclFloat32, gcclSum, 0);
+      a.comp = comps[r];
+      res[ur] = allreduce_sparse_ag(&ctx, &a);
+      text[ur] = err_last();
+      if (res[ur] != gcclSuccess) tps[ur]->ops->abort(tps[ur], res[ur]);  // as a communicator does
+      tps[ur]->ops->cancel_all(tps[ur]);
+      coll_workspace_free(&ctx);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < p; ++r) tps[static_cast<size_t>(r)]->ops->destroy(tps[static_cast<size_t>(r)]);
+  local_world_unref(w);
+  EXPECT_EQ(res[0], gcclCorruptData) << text[0];
+  EXPECT_NE(text[0].find("announces"), std::string::npos) << text[0];
+  EXPECT_NE(text[0].find(std::to_string(bound + 1)), std::string::npos) << text[0];
+  EXPECT_NE(res[1], gcclSuccess) << "the honest rank must not succeed alone";
+  for (int r = 0; r < p; ++r)
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(out[static_cast<size_t>(r)][i], -1.0f) << "rank " << r << " wrote its output";
 }
 
 }  // namespace

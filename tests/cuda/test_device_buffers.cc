@@ -282,4 +282,23 @@ TEST(DeviceBuffers, StreamGetCudaReturnsTheWrappedStream) {
   cudaStreamDestroy(cs);
 }
 
+// Argument checks touch no GPU: they hold, and run, without one.
+TEST(DeviceBuffers, StreamCudaHostileArguments) {
+  cudaStream_t back = reinterpret_cast<cudaStream_t>(uintptr_t{1});
+  EXPECT_EQ(gcclStreamCreateCuda(nullptr, nullptr), gcclInvalidArgument);
+  EXPECT_NE(std::string(gcclGetLastError(nullptr)).find("gcclStreamCreate"), std::string::npos);
+  gcclStream_t dead = nullptr;
+  ASSERT_EQ(gcclStreamCreate(&dead), gcclSuccess);
+  EXPECT_EQ(gcclStreamGetCuda(dead, &back), gcclSuccess);
+  EXPECT_EQ(back, nullptr) << "a stream not made by gcclStreamCreateCuda wraps no CUDA stream";
+  ASSERT_EQ(gcclStreamDestroy(dead), gcclSuccess);
+  int made_up = 0;
+  for (gcclStream_t bad : {static_cast<gcclStream_t>(nullptr), dead, reinterpret_cast<gcclStream_t>(&made_up)}) {
+    back = reinterpret_cast<cudaStream_t>(uintptr_t{1});
+    EXPECT_EQ(gcclStreamGetCuda(bad, &back), gcclInvalidArgument);
+    EXPECT_NE(std::string(gcclGetLastError(nullptr)).find("gcclStreamGetCuda"), std::string::npos);
+    EXPECT_EQ(back, reinterpret_cast<cudaStream_t>(uintptr_t{1})) << "written on error";
+  }
+}
+
 }  // namespace

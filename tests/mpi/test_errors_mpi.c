@@ -30,6 +30,30 @@ static void check_init_arguments(void) {
   MPI_Comm_free(&half);
 }
 
+/* A destroyed or aborted MPI communicator is refused by every function, at once,
+ * without a message to any peer; the MPI communicator it came from is untouched. */
+static void check_dead_handles(void) {
+  gcclComm_t dead[2] = {mc_comm(MPI_COMM_WORLD), mc_comm(MPI_COMM_WORLD)};
+  if (!dead[0] || !dead[1]) return;
+  MC_OK(gcclCommDestroy(dead[0]), NULL);
+  MC_OK(gcclCommAbort(dead[1]), NULL);
+  for (int i = 0; i < 2; i++) {
+    float x[4] = {1, 2, 3, 4};
+    int n = -1;
+    MC_FAILS(gcclAllReduce(x, x, 4, gcclFloat32, gcclSum, dead[i], NULL), gcclInvalidArgument, NULL);
+    MC_CHECK(strstr(gcclGetLastError(NULL), "not a live communicator") != NULL, "the message does not say why: %s",
+             gcclGetLastError(NULL));
+    MC_FAILS(gcclBroadcast(x, x, 4, gcclFloat32, 0, dead[i], NULL), gcclInvalidArgument, NULL);
+    MC_FAILS(gcclCommCount(dead[i], &n), gcclInvalidArgument, NULL);
+    MC_CHECK(n == -1, "gcclCommCount wrote through a destroyed communicator");
+    MC_FAILS(gcclCommDestroy(dead[i]), gcclInvalidArgument, NULL);
+    MC_FAILS(gcclCommAbort(dead[i]), gcclInvalidArgument, NULL);
+  }
+  int one = 1, sum = 0;
+  MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MC_CHECK(sum == mc_nranks, "MPI_COMM_WORLD after the dead handles: %d", sum);
+}
+
 /* Settings every rank must share: when the last rank's differs, creation fails
  * on every rank with gcclInvalidUsage and a message naming it, and a
  * communicator made afterwards works. */
@@ -207,6 +231,7 @@ int main(int argc, char** argv) {
   MC_CHECK(before_init == gcclInvalidUsage, "gcclCommInitMpi before MPI_Init returned %s",
            gcclGetErrorString(before_init));
   check_init_arguments();
+  check_dead_handles();
   check_setting_disagrees("GCCL_RANKS_PER_NODE", "1");
   check_setting_disagrees("GCCL_MPI_CHUNK_BYTES", "4096");
   check_subcommunicator();
