@@ -104,10 +104,6 @@ static gcclResult_t post_recv(struct rr* w, int i) {
   return w->tp->ops->irecv_upto(w->tp, w->prev, into, w->slot, got, &w->rreq[i]);
 }
 
-static void progress(struct transport* tp) {
-  if (tp->ops->progress) tp->ops->progress(tp);
-}
-
 static gcclResult_t rr_layout(struct coll_ctx* ctx, const struct coll_args* a, struct rr* w) {
   size_t unused, longest, seg;
   int p = ctx->nranks;
@@ -183,7 +179,7 @@ static gcclResult_t reduce_scatter(struct rr* w) {
       GCCL_CHECK(post_recv(w, i + w->window)); /* into the slot just read */
       if (!len) continue;
       GCCL_CHECK(compressor_accumulate_exact(c, in + off * w->size, a->dt, a->comp_first + off, len, w->sum, p == 1));
-      progress(tp);
+      tp_progress(tp);
       size_t bytes;
       if (!last) { /* on to next for step s+1, from the bank step s-1 sent from */
         int bank = ((s + 1) % 2) * K + j;
@@ -202,7 +198,7 @@ static gcclResult_t reduce_scatter(struct rr* w) {
         GCCL_CHECK(frame_decode_f32_to(f, w->final_bytes[fin], (unsigned char*)a->recvbuff + off * w->size, a->dt, len,
                                        w->stage));
       }
-      progress(tp);
+      tp_progress(tp);
     }
   return gcclSuccess;
 }
@@ -228,7 +224,7 @@ static gcclResult_t allgather(struct rr* w) {
       if (len)
         GCCL_CHECK(frame_decode_f32_to(f, w->final_bytes[fin], (unsigned char*)a->recvbuff + off * w->size, a->dt, len,
                                        w->stage));
-      progress(tp);
+      tp_progress(tp);
     }
   return gcclSuccess;
 }

@@ -133,7 +133,7 @@ static gcclResult_t decode_sliced(struct transport* tp, const void* frame, size_
   size_t slice = (PROGRESS_SLICE + g - 1) / g * g;
   for (size_t from = 0; from < n; from += slice) {
     GCCL_CHECK(frame_decode_range(&h, frame, from, n - from < slice ? n - from : slice, dst + from, !add));
-    if (tp->ops->progress) tp->ops->progress(tp);
+    tp_progress(tp);
   }
   return gcclSuccess;
 }
@@ -208,8 +208,8 @@ static gcclResult_t sum_by_blocks(struct coll_ctx* ctx, const struct coll_args* 
       else
         GCCL_CHECK(frame_decode_range(&w->head[r], in_frame(w, r), b0, m, w->sum + b0, r == 0));
     }
-    if ((since_progress += m * (size_t)p) >= PROGRESS_SLICE && tp->ops->progress) {
-      tp->ops->progress(tp);
+    if ((since_progress += m * (size_t)p) >= PROGRESS_SLICE) {
+      tp_progress(tp);
       since_progress = 0;
     }
   }

@@ -68,6 +68,14 @@ static int unique_id_valid(const gcclUniqueId* id) {
 
 /* ---- creation ------------------------------------------------------------------ */
 
+static gcclResult_t check_thread_nranks(int nranks, const char* fn) {
+  if (nranks < 1) return err_set(gcclInvalidArgument, "%s: nranks %d is less than 1", fn, nranks);
+  if (nranks > LOCAL_MAX_RANKS)
+    return err_set(gcclInvalidArgument, "%s: nranks %d is more than the %d thread ranks a process supports", fn, nranks,
+                   LOCAL_MAX_RANKS);
+  return gcclSuccess;
+}
+
 gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks, int node_size, int network) {
   *out = NULL;
   int64_t per_node = env_int("GCCL_RANKS_PER_NODE", 0);
@@ -132,11 +140,7 @@ gcclResult_t gcclCommInitRank(gcclComm_t* comm, int nranks, gcclUniqueId id, int
   log_init();
   if (!comm) return err_set(gcclInvalidArgument, "gcclCommInitRank: comm is NULL");
   *comm = NULL;
-  if (nranks < 1) return err_set(gcclInvalidArgument, "gcclCommInitRank: nranks %d is less than 1", nranks);
-  if (nranks > LOCAL_MAX_RANKS)
-    return err_set(gcclInvalidArgument,
-                   "gcclCommInitRank: nranks %d is more than the %d thread ranks a process supports", nranks,
-                   LOCAL_MAX_RANKS);
+  GCCL_CHECK(check_thread_nranks(nranks, "gcclCommInitRank"));
   if (rank < 0 || rank >= nranks)
     return err_set(gcclInvalidArgument, "gcclCommInitRank: rank %d is not in [0, %d)", rank, nranks);
   if (!unique_id_valid(&id))
@@ -165,11 +169,7 @@ gcclResult_t gcclCommInitRank(gcclComm_t* comm, int nranks, gcclUniqueId id, int
 gcclResult_t gcclCommInitAll(gcclComm_t* comms, int nranks) {
   log_init();
   if (!comms) return err_set(gcclInvalidArgument, "gcclCommInitAll: comms is NULL");
-  if (nranks < 1) return err_set(gcclInvalidArgument, "gcclCommInitAll: nranks %d is less than 1", nranks);
-  if (nranks > LOCAL_MAX_RANKS)
-    return err_set(gcclInvalidArgument,
-                   "gcclCommInitAll: nranks %d is more than the %d thread ranks a process supports", nranks,
-                   LOCAL_MAX_RANKS);
+  GCCL_CHECK(check_thread_nranks(nranks, "gcclCommInitAll"));
   struct local_world* w;
   GCCL_CHECK(local_world_create(&w, nranks));
   struct sim_world* link_model = NULL; /* GCCL_SIM_LINK_*: wraps every rank's transport */
@@ -286,6 +286,7 @@ gcclResult_t comm_execute(gcclComm_t comm, const struct coll_args* call) {
   if (call->device) return comm_fail(comm, device_execute(&comm->device_stage, comm, call, comm_execute));
   log_set_rank(comm->rank);
   struct transport* tp = comm->tp;
+  /* Checked at the call too; again here, since stream and group work runs later. */
   GCCL_CHECK(comm_fail(comm, comm_check_usable(comm, coll_kind_name(call->kind))));
   /* Codec "none" is the dense path itself: bit-identical to the dense call. */
   struct coll_args args = *call;

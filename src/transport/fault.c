@@ -159,12 +159,6 @@ struct fault_req {
   void* copy;   /* the private copy sent instead of the caller's buffer, or NULL */
 };
 
-/* A message sent without a request of the caller's: a duplicate, or the copy of a
- * send whose wait failed (the inner transport may still read it). */
-struct fault_orphan {
-  void* copy;
-};
-
 struct fault_tp {
   struct transport base;
   struct transport* inner;
@@ -177,7 +171,9 @@ struct fault_tp {
   int stopped;        /* a stop fired: every operation fails */
   struct fault_req* reqs;
   int nreqs;
-  struct fault_orphan* orphans;
+  /* Copies sent without a request of the caller's: duplicates, and the copies of
+   * sends whose wait failed (the inner transport may still read them). */
+  void** orphans;
   int norphans, orphans_cap;
 
   pthread_mutex_t mu; /* guards what follows; abort may come from any thread */
@@ -213,9 +209,9 @@ static int sleep_until(struct fault_tp* t, int64_t deadline_ns) {
     broke = t->aborted || t->inner->ops->broken(t->inner) != gcclSuccess;
     int64_t now = clock_now_ns();
     if (broke || (deadline_ns && now >= deadline_ns)) break;
-    if (!deadline_ns && t->inner->ops->progress) {
+    if (!deadline_ns) {
       pthread_mutex_unlock(&t->mu);
-      t->inner->ops->progress(t->inner);
+      tp_progress(t->inner);
       pthread_mutex_lock(&t->mu);
     }
     int64_t until = now + FAULT_POLL_NS;
@@ -267,7 +263,7 @@ static gcclResult_t req_alloc(struct fault_tp* t, tp_req* h) {
 static gcclResult_t keep_orphan(struct fault_tp* t, void* copy) {
   if (t->norphans == t->orphans_cap) {
     int n = t->orphans_cap ? 2 * t->orphans_cap : 8;
-    struct fault_orphan* grown = realloc(t->orphans, (size_t)n * sizeof *grown);
+    void** grown = realloc(t->orphans, (size_t)n * sizeof *grown);
     if (!grown) {
       free(copy); /* only reachable before the copy was posted */
       return err_set(gcclSystemError, "out of memory in the fault injector");
@@ -275,12 +271,12 @@ static gcclResult_t keep_orphan(struct fault_tp* t, void* copy) {
     t->orphans = grown;
     t->orphans_cap = n;
   }
-  t->orphans[t->norphans++].copy = copy;
+  t->orphans[t->norphans++] = copy;
   return gcclSuccess;
 }
 
 static void free_orphans(struct fault_tp* t) {
-  for (int i = 0; i < t->norphans; i++) free(t->orphans[i].copy);
+  for (int i = 0; i < t->norphans; i++) free(t->orphans[i]);
   t->norphans = 0;
 }
 
@@ -414,8 +410,7 @@ static gcclResult_t fault_broken(struct transport* tp) {
 }
 
 static void fault_progress(struct transport* tp) {
-  struct transport* inner = ft(tp)->inner;
-  if (inner->ops->progress) inner->ops->progress(inner);
+  tp_progress(ft(tp)->inner);
 }
 
 static void fault_destroy(struct transport* tp) {

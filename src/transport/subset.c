@@ -93,8 +93,7 @@ static gcclResult_t subset_broken(struct transport* tp) {
 }
 
 static void subset_progress(struct transport* tp) {
-  struct transport* parent = gt(tp)->parent;
-  if (parent->ops->progress) parent->ops->progress(parent);
+  tp_progress(gt(tp)->parent);
 }
 
 static void subset_destroy(struct transport* tp) {

@@ -80,5 +80,9 @@ gcclResult_t tp_sendrecv(struct transport* tp, int to, const void* sbuf, size_t 
                          size_t rbytes);
 /* Waits for all n requests; returns the first failure (all are released). */
 gcclResult_t tp_waitall(struct transport* tp, const tp_req* reqs, int n);
+/* The transport's progress, where it has one (transport_ops.progress). */
+static inline void tp_progress(struct transport* tp) {
+  if (tp->ops->progress) tp->ops->progress(tp);
+}
 
 #endif
