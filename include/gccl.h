@@ -267,6 +267,13 @@ GCCL_API gcclResult_t gcclReduceScatterCompressed(const void* sendbuff, void* re
 /* Codec only, for frameworks that move bytes themselves. *maxBytes = the largest
  * frame gcclEncode writes for this compressor. */
 GCCL_API gcclResult_t gcclEncodeBound(gcclCompressor_t c, size_t* maxBytes);
+/* *maxBytes = the largest frame gcclEncode writes for an input with at most
+ * maxNonFinite values that are inf or NaN (after error feedback is added):
+ * frames carry those in an exceptions list, so this is below gcclEncodeBound
+ * (which covers any number, the tensor then sent raw) and, for quantizers,
+ * with maxNonFinite = 0, the exact size of every frame of a finite input. For
+ * frameworks that move frames in slots of a size fixed in advance. */
+GCCL_API gcclResult_t gcclEncodeBoundNonFinite(gcclCompressor_t c, size_t maxNonFinite, size_t* maxBytes);
 /* Encodes the compressor's tensor src into frame (cap >= gcclEncodeBound),
  * updating the residual; *frameBytes = the frame's size. */
 GCCL_API gcclResult_t gcclEncode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frameBytes);

@@ -36,6 +36,17 @@ extern "C" {
 GCCL_API gcclResult_t gcclStreamCreateCuda(gcclStream_t* s, cudaStream_t cuda);
 GCCL_API gcclResult_t gcclStreamGetCuda(gcclStream_t s, cudaStream_t* cuda);
 
+/* gcclEncode and gcclDecodeAccumulate ordered on the CUDA stream `stream` (the
+ * plain calls use the legacy default stream) for frameworks whose tensors live
+ * on other streams (PyTorch's current stream). Each waits for the work queued
+ * before it on `stream` and returns when its own is done: the frame written
+ * (its size known to the host, which writes the CRC), or dst updated. Buffers
+ * in host memory are used as by the plain calls; the same checks and errors. */
+GCCL_API gcclResult_t gcclEncodeCuda(gcclCompressor_t c, const void* src, void* frame, size_t cap,
+                                     size_t* frameBytes, cudaStream_t stream);
+GCCL_API gcclResult_t gcclDecodeAccumulateCuda(const void* frame, size_t frameBytes, void* dst, size_t count,
+                                               gcclDataType_t datatype, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

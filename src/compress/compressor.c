@@ -47,6 +47,16 @@ size_t compressor_bound(const struct gcclCompressor* c, size_t n) {
   return FRAME_HEADER_BYTES + (payload > raw ? payload : raw);
 }
 
+size_t compressor_bound_nonfinite(const struct gcclCompressor* c, size_t n, size_t nonfinite) {
+  /* A frame is the payload plus one exception per non-finite value, unless that
+   * outgrows compressor_bound, where the tensor goes raw: smaller still. */
+  size_t bound = compressor_bound(c, n);
+  if (c->spec.codec == CODEC_NONE) return bound;
+  size_t frame = FRAME_HEADER_BYTES + c->ops->payload_bound(&c->spec, n), entry = frame_exception_bytes(c->dt);
+  if (nonfinite > (bound - frame) / entry) return bound;
+  return frame + nonfinite * entry;
+}
+
 /* x[i] = float(src[i]) (+ residual[i]): the codec's input. */
 static void build_input(float* x, const void* src, const float* residual, size_t n, gcclDataType_t dt) {
   if (dt == gcclFloat32 && residual) { /* one pass: this runs on every element a collective sends */

@@ -41,6 +41,9 @@ struct gcclCompressor {
 /* Largest frame for n elements of the compressor's spec and dtype. */
 size_t compressor_bound(const struct gcclCompressor* c, size_t n);
 
+/* Largest frame for n elements of which at most nonfinite are inf or NaN. */
+size_t compressor_bound_nonfinite(const struct gcclCompressor* c, size_t n, size_t nonfinite);
+
 /* Encodes elements [first, first + n) of the tensor — src points at element
  * `first` — into one frame of count n, in frame[0, cap). With error feedback the
  * residual of those elements is used and the new one staged; nothing becomes

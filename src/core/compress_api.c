@@ -167,18 +167,26 @@ gcclResult_t gcclEncodeBound(gcclCompressor_t c, size_t* maxBytes) {
   return gcclSuccess;
 }
 
-gcclResult_t gcclEncode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frameBytes) {
-  GCCL_CHECK(check_compressor(c, "gcclEncode"));
-  if (frame == NULL || frameBytes == NULL)
-    return err_set(gcclInvalidArgument, "gcclEncode: frame or frameBytes is NULL");
+gcclResult_t gcclEncodeBoundNonFinite(gcclCompressor_t c, size_t maxNonFinite, size_t* maxBytes) {
+  GCCL_CHECK(check_compressor(c, "gcclEncodeBoundNonFinite"));
+  if (maxBytes == NULL) return err_set(gcclInvalidArgument, "gcclEncodeBoundNonFinite: maxBytes is NULL");
+  *maxBytes = compressor_bound_nonfinite(c, c->count, maxNonFinite);
+  return gcclSuccess;
+}
+
+gcclResult_t codec_encode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frameBytes,
+                          void* cuda_stream, const char* fn) {
+  GCCL_CHECK(check_compressor(c, fn));
+  if (frame == NULL || frameBytes == NULL) return err_set(gcclInvalidArgument, "%s: frame or frameBytes is NULL", fn);
   size_t es = dtype_size(c->dt), bytes = c->count * es;
-  if (src == NULL && c->count > 0) return err_set(gcclInvalidArgument, "gcclEncode: src is NULL");
+  if (src == NULL && c->count > 0) return err_set(gcclInvalidArgument, "%s: src is NULL", fn);
   if ((uintptr_t)src % es != 0)
-    return err_set(gcclInvalidArgument, "gcclEncode: src is not aligned to its %s elements", dtype_name(c->dt));
+    return err_set(gcclInvalidArgument, "%s: src is not aligned to its %s elements", fn, dtype_name(c->dt));
   if (cap < c->bound)
-    return err_set(gcclInvalidArgument, "gcclEncode: cap %zu is below gcclEncodeBound's %zu bytes", cap, c->bound);
-  if (ranges_overlap(src, bytes, frame, cap)) return err_set(gcclInvalidArgument, "gcclEncode: src and frame overlap");
-  if (device_is_pointer(src) || device_is_pointer(frame)) return device_encode(c, src, frame, cap, frameBytes);
+    return err_set(gcclInvalidArgument, "%s: cap %zu is below gcclEncodeBound's %zu bytes", fn, cap, c->bound);
+  if (ranges_overlap(src, bytes, frame, cap)) return err_set(gcclInvalidArgument, "%s: src and frame overlap", fn);
+  if (device_is_pointer(src) || device_is_pointer(frame))
+    return err_prefix(device_encode(c, src, frame, cap, frameBytes, cuda_stream), fn);
   GCCL_CHECK(device_residual_to_host(c));
   size_t fb = 0;
   gcclResult_t res = compressor_encode_part(c, src, 0, c->count, frame, cap, &fb);
@@ -191,21 +199,29 @@ gcclResult_t gcclEncode(gcclCompressor_t c, const void* src, void* frame, size_t
   return gcclSuccess;
 }
 
-gcclResult_t gcclDecodeAccumulate(const void* frame, size_t frameBytes, void* dst, size_t count, gcclDataType_t dt) {
-  if (frame == NULL) return err_set(gcclInvalidArgument, "gcclDecodeAccumulate: frame is NULL");
-  if ((unsigned)dt >= gcclNumTypes)
-    return err_set(gcclInvalidArgument, "gcclDecodeAccumulate: invalid datatype %d", dt);
+gcclResult_t gcclEncode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frameBytes) {
+  return codec_encode(c, src, frame, cap, frameBytes, NULL, "gcclEncode");
+}
+
+gcclResult_t codec_decode_accumulate(const void* frame, size_t frameBytes, void* dst, size_t count,
+                                     gcclDataType_t dt, void* cuda_stream, const char* fn) {
+  if (frame == NULL) return err_set(gcclInvalidArgument, "%s: frame is NULL", fn);
+  if ((unsigned)dt >= gcclNumTypes) return err_set(gcclInvalidArgument, "%s: invalid datatype %d", fn, dt);
   size_t es = dtype_size(dt);
-  if (dst == NULL && count > 0) return err_set(gcclInvalidArgument, "gcclDecodeAccumulate: dst is NULL");
+  if (dst == NULL && count > 0) return err_set(gcclInvalidArgument, "%s: dst is NULL", fn);
   if ((uintptr_t)dst % es != 0)
-    return err_set(gcclInvalidArgument, "gcclDecodeAccumulate: dst is not aligned to its %s elements", dtype_name(dt));
-  if (count > SIZE_MAX / es) return err_set(gcclInvalidArgument, "gcclDecodeAccumulate: count %zu too large", count);
+    return err_set(gcclInvalidArgument, "%s: dst is not aligned to its %s elements", fn, dtype_name(dt));
+  if (count > SIZE_MAX / es) return err_set(gcclInvalidArgument, "%s: count %zu too large", fn, count);
   if (ranges_overlap(frame, frameBytes, dst, count * es))
-    return err_set(gcclInvalidArgument, "gcclDecodeAccumulate: frame and dst overlap");
+    return err_set(gcclInvalidArgument, "%s: frame and dst overlap", fn);
   gcclResult_t res = device_is_pointer(frame) || device_is_pointer(dst)
-                         ? device_decode_accumulate(frame, frameBytes, dst, count, dt)
+                         ? device_decode_accumulate(frame, frameBytes, dst, count, dt, cuda_stream)
                          : frame_decode_accumulate(frame, frameBytes, dst, count, dt);
-  return err_prefix(res, "gcclDecodeAccumulate");
+  return err_prefix(res, fn);
+}
+
+gcclResult_t gcclDecodeAccumulate(const void* frame, size_t frameBytes, void* dst, size_t count, gcclDataType_t dt) {
+  return codec_decode_accumulate(frame, frameBytes, dst, count, dt, NULL, "gcclDecodeAccumulate");
 }
 
 /* ---- compressed collectives ------------------------------------------------- */

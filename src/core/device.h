@@ -61,11 +61,21 @@ int device_is_pointer(const void* p);
 
 /* The codec API on device memory (cuda/device_codec.c). gcclEncode of a device
  * tensor (frame in host or device memory), and gcclDecodeAccumulate where the
- * frame or dst is device memory. A compressor's residual lives where its last
- * encode ran: device_residual_to_host brings it back before host code reads it. */
-gcclResult_t device_encode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frame_bytes);
+ * frame or dst is device memory, ordered on CUDA stream cuda_stream (NULL: the
+ * legacy default stream); both return when the work is done. A compressor's
+ * residual lives where its last encode ran: device_residual_to_host brings it
+ * back before host code reads it. */
+gcclResult_t device_encode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frame_bytes,
+                           void* cuda_stream);
 gcclResult_t device_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count,
-                                      gcclDataType_t dt);
+                                      gcclDataType_t dt, void* cuda_stream);
+/* gcclEncode and gcclDecodeAccumulate, their argument checks included, for any
+ * buffers; cuda_stream as above; fn names the public function in messages
+ * (core/compress_api.c, for gccl_cuda.h's stream variants). */
+gcclResult_t codec_encode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frameBytes,
+                          void* cuda_stream, const char* fn);
+gcclResult_t codec_decode_accumulate(const void* frame, size_t frameBytes, void* dst, size_t count,
+                                     gcclDataType_t dt, void* cuda_stream, const char* fn);
 gcclResult_t device_residual_to_host(gcclCompressor_t c);
 void device_compressor_free(gcclCompressor_t c);
 

@@ -26,7 +26,9 @@ int device_is_pointer(const void* p) {
   return 0;
 }
 
-gcclResult_t device_encode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frame_bytes) {
+gcclResult_t device_encode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frame_bytes,
+                           void* cuda_stream) {
+  (void)cuda_stream;
   (void)c;
   (void)src;
   (void)frame;
@@ -36,7 +38,8 @@ gcclResult_t device_encode(gcclCompressor_t c, const void* src, void* frame, siz
 }
 
 gcclResult_t device_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count,
-                                      gcclDataType_t dt) {
+                                      gcclDataType_t dt, void* cuda_stream) {
+  (void)cuda_stream;
   (void)frame;
   (void)frame_bytes;
   (void)dst;

@@ -20,6 +20,7 @@
 #include "compress/compressor.h"
 #include "compress/frame.h"
 #include "cuda/gpu_compressor.h"
+#include "gccl_cuda.h"
 
 static gcclResult_t cuda_fail(cudaError_t e, const char* what) {
   return err_set(gcclSystemError, "CUDA: %s failed: %s", what, cudaGetErrorString(e));
@@ -99,17 +100,23 @@ void device_compressor_free(gcclCompressor_t c) {
   c->device = NULL;
 }
 
-gcclResult_t device_encode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frame_bytes) {
+gcclResult_t device_encode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frame_bytes,
+                           void* cuda_stream) {
   if (!device_is_pointer(src) && c->count > 0)
-    return err_set(gcclInvalidUsage, "gcclEncode: a device frame needs a device tensor (src is host memory)");
+    return err_set(gcclInvalidUsage, "a device frame needs a device tensor (src is host memory)");
+  cudaStream_t st = (cudaStream_t)cuda_stream;
   GCCL_CHECK(residual_to_device(c));
   gpu_compressor_sync(c->device, c->calls, c->rank);
   /* A device frame is encoded into the twin's pinned buffer (the host writes the
    * CRC), then copied over; the residual is committed once the frame is there. */
   int to_device = device_is_pointer(frame);
   void* out = to_device ? gpu_compressor_frame_buffer(c->device) : frame;
-  GCCL_CHECK(gpu_compressor_encode_staged(c->device, src, out, to_device ? c->bound : cap, frame_bytes, NULL));
-  cudaError_t e = to_device ? cudaMemcpy(frame, out, *frame_bytes, cudaMemcpyHostToDevice) : cudaSuccess;
+  GCCL_CHECK(gpu_compressor_encode_staged(c->device, src, out, to_device ? c->bound : cap, frame_bytes, st));
+  cudaError_t e = cudaSuccess;
+  if (to_device) { /* the pinned buffer is the next encode's: the copy must be done */
+    e = cudaMemcpyAsync(frame, out, *frame_bytes, cudaMemcpyHostToDevice, st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+  }
   if (e != cudaSuccess) {
     gpu_compressor_abort(c->device);
     return cuda_fail(e, "copying the frame to the device");
@@ -130,13 +137,15 @@ static void decoder_key_make(void) {
 }
 
 gcclResult_t device_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count,
-                                      gcclDataType_t dt) {
+                                      gcclDataType_t dt, void* cuda_stream) {
+  cudaStream_t st = (cudaStream_t)cuda_stream;
   const void* host_frame = frame;
   unsigned char* staged = NULL;
   if (device_is_pointer(frame)) { /* frames are checked on the host before any byte of dst changes */
     staged = malloc(frame_bytes ? frame_bytes : 1);
-    if (staged == NULL) return err_set(gcclSystemError, "gcclDecodeAccumulate: out of memory staging a device frame");
-    cudaError_t e = cudaMemcpy(staged, frame, frame_bytes, cudaMemcpyDeviceToHost);
+    if (staged == NULL) return err_set(gcclSystemError, "out of memory staging a device frame");
+    cudaError_t e = cudaMemcpyAsync(staged, frame, frame_bytes, cudaMemcpyDeviceToHost, st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(st);
     if (e != cudaSuccess) {
       free(staged);
       return cuda_fail(e, "copying the frame from the device");
@@ -154,8 +163,20 @@ gcclResult_t device_decode_accumulate(const void* frame, size_t frame_bytes, voi
       res = gpu_compressor_create(&g, "none", 0, gcclFloat32);
       if (res == gcclSuccess) pthread_setspecific(decoder_key, g);
     }
-    if (res == gcclSuccess) res = gpu_compressor_decode(g, host_frame, frame_bytes, dst, count, dt, NULL);
+    if (res == gcclSuccess) res = gpu_compressor_decode(g, host_frame, frame_bytes, dst, count, dt, st);
   }
   free(staged);
   return res;
+}
+
+/* ---- gccl_cuda.h: the codec API on a CUDA stream ------------------------------ */
+
+gcclResult_t gcclEncodeCuda(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frameBytes,
+                            cudaStream_t stream) {
+  return codec_encode(c, src, frame, cap, frameBytes, stream, "gcclEncodeCuda");
+}
+
+gcclResult_t gcclDecodeAccumulateCuda(const void* frame, size_t frameBytes, void* dst, size_t count,
+                                      gcclDataType_t datatype, cudaStream_t stream) {
+  return codec_decode_accumulate(frame, frameBytes, dst, count, datatype, stream, "gcclDecodeAccumulateCuda");
 }

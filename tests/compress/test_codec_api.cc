@@ -639,4 +639,54 @@ TEST_P(CodecNonFinite, SurviveAndResidualStaysFinite) {
 INSTANTIATE_TEST_SUITE_P(AllCodecs, CodecNonFinite, ::testing::ValuesIn(AllCases()),
                          [](const auto& info) { return codec_cases::CaseName(info.param.spec); });
 
+// gcclEncodeBoundNonFinite: frames of inputs with e non-finite values fit the
+// bound for e (and fill it exactly for a finite input of a quantizer: the size
+// a framework can fix its slots at), never exceed gcclEncodeBound, and the bound
+// grows with e until it reaches gcclEncodeBound.
+TEST_P(CodecNonFinite, FramesFitTheNonFiniteBound) {
+  const std::string spec = codec_cases::WithEf(GetParam().spec, 1);
+  SKIP_IF_UNAVAILABLE(spec);
+  const codec_id codec = codec_cases::Parse(spec).codec;
+  const bool fixed_size = codec != CODEC_TOPK && codec != CODEC_RANDK;
+  std::mt19937_64 rng(5);
+  for (size_t n : {1, 7, 1100}) {
+    for (gcclDataType_t dt : FloatTypes()) {
+      SCOPED_TRACE(spec + " " + dtype_name(dt) + " n=" + std::to_string(n));
+      Compressor c;
+      ASSERT_EQ(c.Create(spec, n, dt), gcclSuccess) << LastError();
+      size_t finite = 0, all = 0, prev = 0;
+      ASSERT_EQ(gcclEncodeBoundNonFinite(c.get(), 0, &finite), gcclSuccess) << LastError();
+      ASSERT_EQ(gcclEncodeBoundNonFinite(c.get(), SIZE_MAX, &all), gcclSuccess) << LastError();
+      EXPECT_EQ(all, c.Bound());
+      EXPECT_LE(finite, c.Bound());
+      for (size_t e = 0; e <= n + 1; e++) {
+        size_t b = 0;
+        ASSERT_EQ(gcclEncodeBoundNonFinite(c.get(), e, &b), gcclSuccess);
+        EXPECT_GE(b, prev);
+        EXPECT_LE(b, c.Bound());
+        prev = b;
+      }
+      Tensor src(dt, n);
+      codec_cases::FillRandom(src, rng);
+      std::vector<unsigned char> frame;
+      ASSERT_EQ(EncodeFrame(c, src, &frame), gcclSuccess) << LastError();
+      if (fixed_size) {
+        EXPECT_EQ(frame.size(), finite);
+      } else {
+        EXPECT_LE(frame.size(), finite);
+      }
+      for (const Pattern& pat : Patterns(n)) {
+        if (n < 340 && pat.name == "run") continue;  // its indices assume a longer tensor
+        SCOPED_TRACE(pat.name);
+        codec_cases::FillRandom(src, rng);
+        for (auto [i, sp] : pat.at) src.SetBits(i, SpecialBits(dt, sp));
+        size_t b = 0;
+        ASSERT_EQ(gcclEncodeBoundNonFinite(c.get(), pat.at.size(), &b), gcclSuccess);
+        ASSERT_EQ(EncodeFrame(c, src, &frame), gcclSuccess) << LastError();
+        EXPECT_LE(frame.size(), b);
+      }
+    }
+  }
+}
+
 }  // namespace

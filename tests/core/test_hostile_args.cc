@@ -591,6 +591,12 @@ std::vector<Row> BuildRows() {
           return gcclEncodeBound(get(w), &b);
         },
         IA, {"compressor"});
+    add("gcclEncodeBoundNonFinite", bc.first,
+        [get](World& w) {
+          size_t b;
+          return gcclEncodeBoundNonFinite(get(w), 0, &b);
+        },
+        IA, {"compressor"});
     add("gcclEncode", bc.first,
         [get](World& w) {
           size_t fb;
@@ -620,6 +626,8 @@ std::vector<Row> BuildRows() {
       },
       IU, {"ef=0", "residual"});
   add("gcclEncodeBound", "NULL maxBytes", [](World& w) { return gcclEncodeBound(w.comp, nullptr); }, IA, {"maxBytes"});
+  add("gcclEncodeBoundNonFinite", "NULL maxBytes",
+      [](World& w) { return gcclEncodeBoundNonFinite(w.comp, 3, nullptr); }, IA, {"maxBytes"});
   add("gcclEncode", "NULL src",
       [](World& w) {
         size_t fb;
@@ -777,6 +785,8 @@ const std::map<std::string, std::string> kTestedElsewhere = {
     {"gcclCommInitNccl", "tests/cuda/test_nccl_comm.cc"},
     {"gcclStreamCreateCuda", "tests/cuda/test_device_buffers.cc"},
     {"gcclStreamGetCuda", "tests/cuda/test_device_buffers.cc"},
+    {"gcclEncodeCuda", "tests/cuda/test_device_codec.cc"},
+    {"gcclDecodeAccumulateCuda", "tests/cuda/test_device_codec.cc"},
 };
 
 std::string ReadFile(const std::string& path) {

@@ -1,6 +1,8 @@
 // The public codec API on device memory: gcclEncode of a device tensor (host or
 // device frame), gcclDecodeAccumulate into device memory, and a residual that
-// follows the compressor between host and device calls. Skips without a GPU.
+// follows the compressor between host and device calls; gcclEncodeCuda and
+// gcclDecodeAccumulateCuda on a stream of the caller's. The tests of device
+// memory skip without a GPU; the stream variants' checks on host memory run.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,6 +11,7 @@
 
 #include "cuda/gpu_test.h"
 #include "gccl.h"
+#include "gccl_cuda.h"
 
 namespace {
 
@@ -100,6 +103,84 @@ TEST(DeviceCodec, DeviceFramesAndDeviceDestinations) {
   cudaFree(d_acc);
   gcclCompressorDestroy(c);
   gcclCompressorDestroy(ref);
+}
+
+// The stream variants check their arguments as the plain calls do, naming
+// themselves, and on host memory give the plain calls' frames and sums.
+TEST(DeviceCodecStream, HostBuffersAndArgumentChecks) {
+  const size_t n = 1031;
+  gcclCompressor_t c = nullptr, ref = nullptr;
+  ASSERT_EQ(gcclCompressorCreate(&c, "uniform:bits=4,ef=1", n, gcclFloat32), gcclSuccess);
+  ASSERT_EQ(gcclCompressorCreate(&ref, "uniform:bits=4,ef=1", n, gcclFloat32), gcclSuccess);
+  size_t bound = 0, bytes = 0, ref_bytes = 0;
+  ASSERT_EQ(gcclEncodeBound(c, &bound), gcclSuccess);
+  std::vector<float> x = Tensor(n, 3);
+  std::vector<unsigned char> frame(bound), want(bound);
+  ASSERT_EQ(gcclEncodeCuda(c, x.data(), frame.data(), bound, &bytes, nullptr), gcclSuccess)
+      << gcclGetLastError(nullptr);
+  ASSERT_EQ(gcclEncode(ref, x.data(), want.data(), bound, &ref_bytes), gcclSuccess);
+  ASSERT_EQ(bytes, ref_bytes);
+  EXPECT_EQ(std::memcmp(frame.data(), want.data(), bytes), 0);
+  std::vector<float> a(n, 0.5f), b(n, 0.5f);
+  ASSERT_EQ(gcclDecodeAccumulateCuda(frame.data(), bytes, a.data(), n, gcclFloat32, nullptr), gcclSuccess);
+  ASSERT_EQ(gcclDecodeAccumulate(want.data(), bytes, b.data(), n, gcclFloat32), gcclSuccess);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(gcclEncodeCuda(nullptr, x.data(), frame.data(), bound, &bytes, nullptr), gcclInvalidArgument);
+  EXPECT_NE(std::string(gcclGetLastError(nullptr)).find("gcclEncodeCuda"), std::string::npos);
+  EXPECT_EQ(gcclEncodeCuda(c, x.data(), frame.data(), bound - 1, &bytes, nullptr), gcclInvalidArgument);
+  EXPECT_NE(std::string(gcclGetLastError(nullptr)).find("cap"), std::string::npos);
+  EXPECT_EQ(gcclDecodeAccumulateCuda(nullptr, bytes, a.data(), n, gcclFloat32, nullptr), gcclInvalidArgument);
+  EXPECT_NE(std::string(gcclGetLastError(nullptr)).find("gcclDecodeAccumulateCuda"), std::string::npos);
+  frame[70] ^= 1;
+  std::vector<float> before = a;
+  EXPECT_EQ(gcclDecodeAccumulateCuda(frame.data(), bytes, a.data(), n, gcclFloat32, nullptr), gcclCorruptData);
+  EXPECT_EQ(a, before);
+  gcclCompressorDestroy(c);
+  gcclCompressorDestroy(ref);
+}
+
+// On a non-blocking stream of the caller's: the encode reads the tensor only
+// after the work queued before it on that stream (here, the kernel-free copy
+// that fills it), and the decode adds into what that stream's earlier work
+// left; frames and sums equal the host's.
+TEST(DeviceCodecStream, OrderedOnTheCallersStream) {
+  SKIP_WITHOUT_GPU();
+  const size_t n = 1 << 20;
+  cudaStream_t st = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  for (const char* spec : {"fp16:ef=1", "uniform:bits=4,ef=1", "sign", "topk:ratio=0.01"}) {
+    SCOPED_TRACE(spec);
+    gcclCompressor_t c = nullptr, ref = nullptr;
+    ASSERT_EQ(gcclCompressorCreate(&c, spec, n, gcclFloat32), gcclSuccess);
+    ASSERT_EQ(gcclCompressorCreate(&ref, spec, n, gcclFloat32), gcclSuccess);
+    size_t bound = 0, bytes = 0, ref_bytes = 0;
+    ASSERT_EQ(gcclEncodeBound(c, &bound), gcclSuccess);
+    std::vector<float> x = Tensor(n, 1);
+    float* d_x = static_cast<float*>(DeviceCopy(nullptr, n * sizeof(float)));
+    unsigned char* d_frame = static_cast<unsigned char*>(DeviceCopy(nullptr, bound));
+    float* d_acc = static_cast<float*>(DeviceCopy(nullptr, n * sizeof(float)));
+    std::vector<float> ones(n, 1.0f);
+    ASSERT_EQ(cudaMemcpyAsync(d_x, x.data(), n * sizeof(float), cudaMemcpyHostToDevice, st), cudaSuccess);
+    ASSERT_EQ(gcclEncodeCuda(c, d_x, d_frame, bound, &bytes, st), gcclSuccess) << gcclGetLastError(nullptr);
+    std::vector<unsigned char> want(bound), got(bound);
+    ASSERT_EQ(gcclEncode(ref, x.data(), want.data(), bound, &ref_bytes), gcclSuccess);
+    ASSERT_EQ(bytes, ref_bytes);
+    ASSERT_EQ(cudaMemcpy(got.data(), d_frame, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), bytes), 0);
+    ASSERT_EQ(cudaMemcpyAsync(d_acc, ones.data(), n * sizeof(float), cudaMemcpyHostToDevice, st), cudaSuccess);
+    ASSERT_EQ(gcclDecodeAccumulateCuda(d_frame, bytes, d_acc, n, gcclFloat32, st), gcclSuccess)
+        << gcclGetLastError(nullptr);
+    std::vector<float> back(n), expect(n, 1.0f);
+    ASSERT_EQ(gcclDecodeAccumulate(want.data(), bytes, expect.data(), n, gcclFloat32), gcclSuccess);
+    ASSERT_EQ(cudaMemcpy(back.data(), d_acc, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(back, expect);
+    cudaFree(d_x);
+    cudaFree(d_frame);
+    cudaFree(d_acc);
+    gcclCompressorDestroy(c);
+    gcclCompressorDestroy(ref);
+  }
+  cudaStreamDestroy(st);
 }
 
 }  // namespace
