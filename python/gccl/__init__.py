@@ -1,6 +1,7 @@
 """gccl: gradient-compressed collective communication, from Python.
 
-A ctypes binding of libgccl (numpy arrays and CPU torch tensors):
+A ctypes binding of libgccl (numpy arrays, CPU torch tensors, and CUDA tensors in
+builds with CUDA):
 
     import gccl
     uid = gccl.get_unique_id()
@@ -13,10 +14,11 @@ A ctypes binding of libgccl (numpy arrays and CPU torch tensors):
 gccl.torch holds the DDP communication hooks.
 """
 
-from ._lib import HAVE_MPI, path as library_path
+from ._lib import HAVE_CUDA, HAVE_MPI, path as library_path
 from ._lib import lib as _lib
 from .comm import Comm, UniqueId, get_unique_id
 from .compressor import Compressor, decode_accumulate
+from .stream import Stream
 from .errors import (GcclCorruptData, GcclError, GcclInProgress, GcclInternalError, GcclInvalidArgument,
                      GcclInvalidUsage, GcclRemoteError, GcclSystemError, GcclTimeout)
 
@@ -30,6 +32,7 @@ def version():
     return v.value
 
 
-__all__ = ["Comm", "UniqueId", "get_unique_id", "Compressor", "decode_accumulate", "version", "HAVE_MPI",
+__all__ = ["Comm", "UniqueId", "get_unique_id", "Compressor", "decode_accumulate", "Stream", "version", "HAVE_MPI",
+           "HAVE_CUDA",
            "library_path", "GcclError", "GcclSystemError", "GcclInternalError", "GcclInvalidArgument",
            "GcclInvalidUsage", "GcclRemoteError", "GcclInProgress", "GcclTimeout", "GcclCorruptData"]

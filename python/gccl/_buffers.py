@@ -1,14 +1,15 @@
 """Numpy arrays and torch tensors as (address, element count, gccl datatype).
 
-Only contiguous host memory is accepted; anything else is GcclInvalidArgument
-here, before any rank enters a collective (a rank that raised would otherwise
-leave its peers waiting for their timeout)."""
+Contiguous host memory is accepted everywhere; contiguous CUDA tensors where the
+C API takes device memory (collectives, encode, decode) in builds with CUDA.
+Anything else is GcclInvalidArgument here, before any rank enters a collective
+(a rank that raised would otherwise leave its peers waiting for their timeout)."""
 
 import sys
 
 import numpy as np
 
-from .errors import GcclInvalidArgument
+from .errors import GcclInvalidArgument, GcclInvalidUsage
 
 # gcclDataType_t values (gccl.h).
 INT8, UINT8, INT32, UINT32, INT64, UINT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16 = range(10)
@@ -66,29 +67,39 @@ def element_size(code):
 
 
 class Buffer:
-    """A view of an array's memory: ptr, count (elements), dtype (gccl code)."""
+    """A view of an array's memory: ptr, count (elements), dtype (gccl code), and
+    device: None for host memory, the torch.device of a CUDA tensor."""
 
-    __slots__ = ("obj", "ptr", "count", "dtype")
+    __slots__ = ("obj", "ptr", "count", "dtype", "device")
 
-    def __init__(self, obj, ptr, count, dtype):
-        self.obj, self.ptr, self.count, self.dtype = obj, ptr, count, dtype
+    def __init__(self, obj, ptr, count, dtype, device=None):
+        self.obj, self.ptr, self.count, self.dtype, self.device = obj, ptr, count, dtype, device
 
     @property
     def nbytes(self):
         return self.count * _SIZES[self.dtype]
 
 
-def as_buffer(x, what="buffer", writable=False):
-    """The Buffer of a numpy array or a torch tensor (contiguous, on the CPU)."""
+def as_buffer(x, what="buffer", writable=False, device_ok=False):
+    """The Buffer of a numpy array or a contiguous torch tensor: on the CPU, or on a
+    CUDA device where device_ok (the C call takes device memory)."""
     if is_torch(x):
-        if x.device.type != "cpu":
-            raise _bad("%s is a tensor on %s; this binding takes CPU tensors" % (what, x.device))
+        device = None
+        if x.device.type == "cuda" and device_ok:
+            from ._lib import HAVE_CUDA
+            if not HAVE_CUDA:
+                raise GcclInvalidUsage("invalid usage", "%s is a CUDA tensor but this libgccl was built without CUDA "
+                                       "(GCCL_WITH_CUDA)" % what)
+            device = x.device
+        elif x.device.type != "cpu":
+            raise _bad("%s is a tensor on %s; this call takes %s" % (what, x.device,
+                                                                     "CPU or CUDA tensors" if device_ok else "CPU tensors"))
         if not x.is_contiguous():
             raise _bad("%s is not contiguous (call .contiguous())" % what)
         code = _torch_dtypes().get(x.dtype)
         if code is None:
             raise _bad("%s has dtype %s, which gccl has no datatype for" % (what, x.dtype))
-        return Buffer(x, x.data_ptr() if x.numel() else None, x.numel(), code)
+        return Buffer(x, x.data_ptr() if x.numel() else None, x.numel(), code, device)
     if isinstance(x, np.ndarray):
         if not x.flags.c_contiguous:
             raise _bad("%s is not C-contiguous (use np.ascontiguousarray)" % what)
@@ -101,9 +112,18 @@ def as_buffer(x, what="buffer", writable=False):
     raise _bad("%s must be a numpy array or a torch tensor, not %s" % (what, type(x).__name__))
 
 
+def cuda_device(*buffers):
+    """The CUDA device of the first device buffer among buffers, else None; buffers
+    on two different devices are refused."""
+    devices = {b.device for b in buffers if b is not None and b.device is not None}
+    if len(devices) > 1:
+        raise _bad("buffers on different devices: %s" % ", ".join(sorted(str(d) for d in devices)))
+    return devices.pop() if devices else None
+
+
 def empty_like(x, count):
-    """A new 1-D array of `count` elements of x's kind (numpy or torch) and dtype."""
+    """A new 1-D array of `count` elements of x's kind (numpy or torch), dtype and device."""
     if is_torch(x):
         import torch
-        return torch.empty(count, dtype=x.dtype)
+        return torch.empty(count, dtype=x.dtype, device=x.device)
     return np.empty(count, dtype=x.dtype)

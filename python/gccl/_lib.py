@@ -1,10 +1,12 @@
 """Loading libgccl and declaring its C functions for ctypes.
 
-The library is looked for, in order: the file named by GCCL_LIBRARY; libgccl.so
-in this package's directory (a wheel or an install that copied it there); the
-build directories of the source tree this package sits in (build-release, build);
-the system's library path. ctypes.CDLL releases the GIL around every foreign
-call, so collectives called from a hook's worker thread let Python run on.
+The library is looked for, in order: the file named by GCCL_LIBRARY (final: a
+wrong path is an ImportError, not a fall back); libgccl.so in this package's
+directory (`pip install ./python` and its wheels build it with CMake and put it
+there); the build directories of the source tree this package sits in
+(build-release, build); the system's library path. ctypes.CDLL releases the GIL
+around every foreign call, so collectives called from a hook's worker thread let
+Python run on.
 """
 
 import ctypes
@@ -85,6 +87,10 @@ _PROTOTYPES = [
     ("gcclAllGatherCompressed", _int, [_vp, _vp, _sz, _int, _vp, _vp, _vp]),
     ("gcclReduceScatterCompressed", _int, [_vp, _vp, _sz, _int, _int, _vp, _vp, _vp]),
     ("gcclEncodeBound", _int, [_vp, _c_size_p]),
+    ("gcclEncodeBoundNonFinite", _int, [_vp, _sz, _c_size_p]),
+    ("gcclStreamCreate", _int, [ctypes.POINTER(_vp)]),
+    ("gcclStreamSynchronize", _int, [_vp]),
+    ("gcclStreamDestroy", _int, [_vp]),
     ("gcclEncode", _int, [_vp, _vp, _vp, _sz, _c_size_p]),
     ("gcclDecodeAccumulate", _int, [_vp, _sz, _vp, _sz, _int]),
 ]
@@ -98,6 +104,16 @@ HAVE_MPI = hasattr(lib, "gcclCommInitMpi")
 if HAVE_MPI:
     lib.gcclCommInitMpi.restype = _int
     lib.gcclCommInitMpi.argtypes = [ctypes.POINTER(_vp), _vp]
+
+# In builds with CUDA only (gccl_cuda.h): device buffers, and the codec and
+# streams on a CUDA stream of the caller's (cudaStream_t as a pointer).
+HAVE_CUDA = hasattr(lib, "gcclEncodeCuda")
+if HAVE_CUDA:
+    for _name, _args in [("gcclEncodeCuda", [_vp, _vp, _vp, _sz, _c_size_p, _vp]),
+                         ("gcclDecodeAccumulateCuda", [_vp, _sz, _vp, _sz, _int, _vp]),
+                         ("gcclStreamCreateCuda", [ctypes.POINTER(_vp), _vp])]:
+        getattr(lib, _name).restype = _int
+        getattr(lib, _name).argtypes = _args
 
 
 def last_error(comm_handle=None):

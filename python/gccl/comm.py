@@ -4,7 +4,10 @@ A Comm is one rank of a gccl communicator: thread ranks of this process
 (Comm.init_rank from one thread per rank, Comm.init_all from one thread), or MPI
 processes (Comm.from_mpi, under mpirun). Collectives block the calling thread
 (not the interpreter: the GIL is released) and write into `recv`, allocated when
-not given; passing the same array as send and recv runs in place.
+not given; passing the same array as send and recv runs in place. With
+`stream=` (a gccl.Stream) a call is queued instead and done at the stream's
+synchronize(). Buffers may be CUDA tensors in builds with CUDA (gccl_cuda.h:
+ordered on the gccl stream's CUDA stream, else the legacy default stream).
 """
 
 import atexit
@@ -148,71 +151,83 @@ class Comm:
         check(lib.gcclCommGetAsyncError(self._handle(), ctypes.byref(e)), self._h)
         return e.value or None
 
-    def _run(self, fn, *args):
+    def _run(self, fn, *args, stream=None, keep=()):
+        """fn(*args, comm, stream); a queued call's buffers (keep) are held by the stream."""
         h = self._handle()
-        check(fn(*args, h, None), h)
+        if stream is None:
+            check(fn(*args, h, None), h)
+            return
+        from .stream import Stream
+        if not isinstance(stream, Stream):
+            raise GcclInvalidArgument("invalid argument", "stream must be a gccl.Stream")
+        stream.keep(*keep)
+        check(fn(*args, h, stream._handle()), h)
 
     # ---- dense -------------------------------------------------------------------------
 
-    def allreduce(self, send, recv=None, op="sum"):
+    def allreduce(self, send, recv=None, op="sum", stream=None):
         """recv[i] = op over ranks of send[i]; returns recv."""
         s, recv, r = _pair(send, recv, lambda b: b.count)
         _same(s, r, s.count)
-        self._run(lib.gcclAllReduce, s.ptr, r.ptr, s.count, s.dtype, _op_code(op))
+        self._run(lib.gcclAllReduce, s.ptr, r.ptr, s.count, s.dtype, _op_code(op), stream=stream, keep=(send, recv))
         return recv
 
-    def allgather(self, send, recv=None):
+    def allgather(self, send, recv=None, stream=None):
         """recv[r*n:(r+1)*n] = rank r's send (n = send's length); returns recv."""
         s, recv, r = _pair(send, recv, lambda b: b.count * self.size)
         _same(s, r, s.count * self.size)
-        self._run(lib.gcclAllGather, s.ptr, r.ptr, s.count, s.dtype)
+        self._run(lib.gcclAllGather, s.ptr, r.ptr, s.count, s.dtype, stream=stream, keep=(send, recv))
         return recv
 
-    def reducescatter(self, send, recv=None, op="sum"):
+    def reducescatter(self, send, recv=None, op="sum", stream=None):
         """recv = op over ranks of send[rank*n:(rank+1)*n], n = len(send) / size."""
         n = _share(send, self.size)
         s, recv, r = _pair(send, recv, lambda b: n)
         _same(s, r, n)
-        self._run(lib.gcclReduceScatter, s.ptr, r.ptr, n, s.dtype, _op_code(op))
+        self._run(lib.gcclReduceScatter, s.ptr, r.ptr, n, s.dtype, _op_code(op), stream=stream, keep=(send, recv))
         return recv
 
-    def broadcast(self, buf, root=0):
+    def broadcast(self, buf, root=0, stream=None):
         """Root's buf is copied into every rank's buf, in place; returns buf."""
-        b = B.as_buffer(buf, "buf", writable=True)
-        self._run(lib.gcclBroadcast, b.ptr, b.ptr, b.count, b.dtype, int(root))
+        b = B.as_buffer(buf, "buf", writable=True, device_ok=True)
+        self._run(lib.gcclBroadcast, b.ptr, b.ptr, b.count, b.dtype, int(root), stream=stream, keep=(buf,))
         return buf
 
-    def reduce(self, send, recv=None, op="sum", root=0):
+    def reduce(self, send, recv=None, op="sum", root=0, stream=None):
         """On root, recv = op over ranks of send (recv is allocated on root only)."""
-        s = B.as_buffer(send, "send")
+        s = B.as_buffer(send, "send", device_ok=True)
         if recv is None and self.rank == root:
             recv = B.empty_like(send, s.count)
-        r = B.as_buffer(recv, "recv", writable=True) if recv is not None else None
+        r = B.as_buffer(recv, "recv", writable=True, device_ok=True) if recv is not None else None
         if r is not None:
             _same(s, r, s.count)
-        self._run(lib.gcclReduce, s.ptr, r.ptr if r else None, s.count, s.dtype, _op_code(op), int(root))
+        self._run(lib.gcclReduce, s.ptr, r.ptr if r else None, s.count, s.dtype, _op_code(op), int(root),
+                  stream=stream, keep=(send, recv))
         return recv
 
     # ---- compressed ----------------------------------------------------------------------
 
-    def allreduce_compressed(self, send, compressor, recv=None, op="sum"):
+    def allreduce_compressed(self, send, compressor, recv=None, op="sum", stream=None):
         """The compressed allreduce (sum or avg) with this rank's compressor; returns recv."""
         s, recv, r = _pair(send, recv, lambda b: b.count)
         _same(s, r, s.count)
-        self._run(lib.gcclAllReduceCompressed, s.ptr, r.ptr, s.count, s.dtype, _op_code(op), _comp(compressor))
+        self._run(lib.gcclAllReduceCompressed, s.ptr, r.ptr, s.count, s.dtype, _op_code(op), _comp(compressor),
+                  stream=stream, keep=(send, recv, compressor))
         return recv
 
-    def allgather_compressed(self, send, compressor, recv=None):
+    def allgather_compressed(self, send, compressor, recv=None, stream=None):
         s, recv, r = _pair(send, recv, lambda b: b.count * self.size)
         _same(s, r, s.count * self.size)
-        self._run(lib.gcclAllGatherCompressed, s.ptr, r.ptr, s.count, s.dtype, _comp(compressor))
+        self._run(lib.gcclAllGatherCompressed, s.ptr, r.ptr, s.count, s.dtype, _comp(compressor), stream=stream,
+                  keep=(send, recv, compressor))
         return recv
 
-    def reducescatter_compressed(self, send, compressor, recv=None, op="sum"):
+    def reducescatter_compressed(self, send, compressor, recv=None, op="sum", stream=None):
         n = _share(send, self.size)
         s, recv, r = _pair(send, recv, lambda b: n)
         _same(s, r, n)
-        self._run(lib.gcclReduceScatterCompressed, s.ptr, r.ptr, n, s.dtype, _op_code(op), _comp(compressor))
+        self._run(lib.gcclReduceScatterCompressed, s.ptr, r.ptr, n, s.dtype, _op_code(op), _comp(compressor),
+                  stream=stream, keep=(send, recv, compressor))
         return recv
 
 
@@ -224,10 +239,10 @@ def _comp(compressor):
 
 
 def _pair(send, recv, recv_count):
-    s = B.as_buffer(send, "send")
+    s = B.as_buffer(send, "send", device_ok=True)
     if recv is None:
         recv = B.empty_like(send, recv_count(s))
-    return s, recv, B.as_buffer(recv, "recv", writable=True)
+    return s, recv, B.as_buffer(recv, "recv", writable=True, device_ok=True)
 
 
 def _same(s, r, count):
@@ -240,7 +255,7 @@ def _same(s, r, count):
 
 
 def _share(send, size):
-    n = B.as_buffer(send, "send").count
+    n = B.as_buffer(send, "send", device_ok=True).count
     if n % size:
         raise GcclInvalidArgument("invalid argument",
                                   "send holds %d elements, not a multiple of the %d ranks" % (n, size))

@@ -1,6 +1,12 @@
 """Compressors (a codec plus the error-feedback residual of one tensor) and the
-codec-only API: encode a tensor into a frame, decode-accumulate a frame."""
+codec-only API: encode a tensor into a frame, decode-accumulate a frame.
 
+CUDA tensors (builds with CUDA) are encoded and decoded by gccl's GPU codecs on
+torch's current stream of their device (gcclEncodeCuda, gcclDecodeAccumulateCuda):
+the call waits for the work queued before it there and returns when its own is
+done. Frames are byte-identical to the CPU's."""
+
+import contextlib
 import ctypes
 import threading
 
@@ -62,19 +68,35 @@ class Compressor:
         check(lib.gcclEncodeBound(self._handle(), ctypes.byref(n)))
         return n.value
 
+    def encode_bound_nonfinite(self, max_nonfinite=0):
+        """The largest frame encode() writes when the input (plus residual) has at
+        most max_nonfinite inf or NaN values: with 0, for quantizers, the size of
+        every frame of a finite input (gcclEncodeBoundNonFinite)."""
+        if not isinstance(max_nonfinite, int) or max_nonfinite < 0:
+            raise GcclInvalidArgument("invalid argument", "max_nonfinite must be an int >= 0")
+        n = ctypes.c_size_t()
+        check(lib.gcclEncodeBoundNonFinite(self._handle(), max_nonfinite, ctypes.byref(n)))
+        return n.value
+
     def encode(self, src, out=None):
         """Encodes src (the compressor's tensor), updating the residual. Returns the
-        frame, a uint8 numpy array (a view of `out` when given: >= encode_bound bytes)."""
-        s = B.as_buffer(src, "src")
+        frame, a uint8 numpy array, or a view of `out` when given (>= encode_bound
+        bytes; a uint8 CUDA tensor for a frame in device memory, which needs a CUDA src)."""
+        s = B.as_buffer(src, "src", device_ok=True)
         self._check_tensor(s, "src")
         if out is None:
             out = np.empty(self.encode_bound, dtype=np.uint8)
-        o = B.as_buffer(out, "out", writable=True)
+        o = B.as_buffer(out, "out", writable=True, device_ok=True)
         if o.dtype not in (B.UINT8, B.INT8):
             raise GcclInvalidArgument("invalid argument", "out must hold bytes (uint8)")
         size = ctypes.c_size_t()
+        device = B.cuda_device(s, o)
         with self._lock:
-            check(lib.gcclEncode(self._handle(), s.ptr, o.ptr, o.count, ctypes.byref(size)))
+            if device is None:
+                check(lib.gcclEncode(self._handle(), s.ptr, o.ptr, o.count, ctypes.byref(size)))
+            else:
+                with _on_stream(device) as stream:
+                    check(lib.gcclEncodeCuda(self._handle(), s.ptr, o.ptr, o.count, ctypes.byref(size), stream))
         return out[:size.value]
 
     def get_residual(self, out=None):
@@ -105,10 +127,24 @@ class Compressor:
 
 def decode_accumulate(frame, dst):
     """Validates frame completely, then dst += its decoded tensor (dst: the frame's
-    count and datatype). GcclCorruptData, dst untouched, for a bad frame."""
-    f = B.as_buffer(frame, "frame")
+    count and datatype). GcclCorruptData, dst untouched, for a bad frame. Either
+    may be a CUDA tensor (then on torch's current stream of its device)."""
+    f = B.as_buffer(frame, "frame", device_ok=True)
     if f.dtype not in (B.UINT8, B.INT8):
         raise GcclInvalidArgument("invalid argument", "frame must hold bytes (uint8)")
-    d = B.as_buffer(dst, "dst", writable=True)
-    check(lib.gcclDecodeAccumulate(f.ptr, f.count, d.ptr, d.count, d.dtype))
+    d = B.as_buffer(dst, "dst", writable=True, device_ok=True)
+    device = B.cuda_device(f, d)
+    if device is None:
+        check(lib.gcclDecodeAccumulate(f.ptr, f.count, d.ptr, d.count, d.dtype))
+    else:
+        with _on_stream(device) as stream:
+            check(lib.gcclDecodeAccumulateCuda(f.ptr, f.count, d.ptr, d.count, d.dtype, stream))
     return dst
+
+
+@contextlib.contextmanager
+def _on_stream(device):
+    """device made current; yields torch's current stream there as a cudaStream_t."""
+    import torch
+    with torch.cuda.device(device):
+        yield ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
