@@ -9,7 +9,11 @@
 #      against the CPU's, then encode and decode kernel times on 25.6 M and 256 M
 #      floats (CUDA events, median of 20 after warm-up) beside a device-to-device
 #      copy of the same bytes;
-#   4. torch.topk on the same GPU, the peer of the top-k kernel.
+#   4. torch.topk on the same GPU, the peer of the top-k kernel;
+#   5. the DDP hook on CUDA tensors (python/tests/device_hook.py), bit for bit
+#      against the CPU path: one-process DDP through transport="torch" (NCCL) and
+#      "gccl", and, where mpirun and an MPI build are here, two MPI processes
+#      sharing the GPU with transport="gccl".
 # PREBUILT=1 skips step 1: BUILD already holds gpu-codec-bench and tests/gccl_tests,
 # built on another x86-64 machine with the same CUDA_ARCH: a lent GPU machine has few
 # minutes to spend on nvcc, and no GoogleTest. libnccl.so.2 is looked for where pip's
@@ -35,8 +39,9 @@ else
     tests=OFF
   fi
   cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGCCL_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
-    -DGCCL_WITH_MPI=OFF -DGCCL_BUILD_TESTS=$tests > "$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log"; exit 1; }
-  targets=(gpu-codec-bench)
+    -DGCCL_WITH_MPI="${GCCL_WITH_MPI:-AUTO}" -DGCCL_BUILD_TESTS=$tests > "$BUILD.configure.log" 2>&1 ||
+    { cat "$BUILD.configure.log"; exit 1; }
+  targets=(gccl gpu-codec-bench)
   [ "$tests" = ON ] && targets+=(gccl_tests)
   cmake --build "$BUILD" -j"$JOBS" --target "${targets[@]}" > "$BUILD.build.log" 2>&1 || { tail -50 "$BUILD.build.log"; exit 1; }
   echo "check.sh: built in $(($(date +%s) - start)) s"
@@ -57,5 +62,19 @@ fi
 # comparison at 256 M takes about 35 s a row.
 "$BUILD/bench/gpu-codec-bench" -n "${COUNTS:-25600000,256000000}" -c "${CHECK_MAX:-25600000}" || status=1
 python3 bench/gpu/torch_topk.py ${COUNTS:+${COUNTS//,/ }} || true
+if [ -e "$BUILD/libgccl.so" ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2> /dev/null; then
+  export GCCL_LIBRARY="$PWD/$BUILD/libgccl.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+  port=$((29500 + RANDOM % 1000))
+  python3 python/tests/device_hook.py torch cuda:0 $port || status=1
+  python3 python/tests/device_hook.py gccl cuda:0 $((port + 1)) || status=1
+  if command -v mpirun > /dev/null && python3 -c 'import gccl, mpi4py; assert gccl.HAVE_MPI' 2> /dev/null; then
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe --bind-to none \
+      -x GCCL_LIBRARY -x PYTHONPATH python3 python/tests/device_hook.py gccl-mpi cuda:0 $((port + 2)) || status=1
+  else
+    echo "check.sh: no mpirun, mpi4py or MPI build here: the two-process device hook check is not run"
+  fi
+else
+  echo "check.sh: no CUDA torch here (or no libgccl.so): the device hook checks are not run"
+fi
 echo "check.sh: finished in $(($(date +%s) - start)) s, status $status"
 exit $status

@@ -5,36 +5,42 @@
     ddp_model.register_comm_hook(state, gt.gccl_hook)
 
 The hook has the built-in hooks' signature, hook(state, bucket) -> Future[Tensor],
-and returns the bucket's average over ranks, bit-identical on every rank.
+and returns the bucket's average over ranks, bit-identical on every rank. It
+never blocks: each bucket's communication runs on the state's worker thread, in
+bucket order, and completes the future the hook returned (_hook_worker.py says
+why: no Python on the backend's threads, so the process always exits).
 
 transport="torch": gccl only encodes and decodes; torch.distributed moves the
-frames (any backend, any launcher), and every rank decodes the same frames in the
-same order, so every replica gets the same bits.
-  - Sparse codecs (topk, randk), and buckets that are not float32: each rank
-    encodes its bucket (error feedback in the bucket's compressor), all_gather
-    hands every frame to every rank, and each decode-accumulates them in rank order.
-  - Quantizers (fp16, bf16, uniform, qsgd, sign, terngrad) on float32 buckets: the
-    SRA schedule of gcclAllReduceCompressed. Rank r owns chunk r of the bucket
-    (gccl's split); all_to_all sends each owner the other ranks' frames of its chunk
-    (one compressor, so one residual, per chunk); the owner sums them in rank order
-    with its own chunk (plus residual) exactly, re-encodes the sum once (that
-    error joins its residual, as gccl's EF_RESTAGE), and all_gather hands the
-    owners' frames to every rank. A rank sends 2 (p-1) chunk frames, as a ring:
-    half of what all_gather of whole frames would at p = 4.
+frames over a process group of the state's own (made from `process_group`, so
+DDP's collectives never interleave with the hook's), in slots whose size every
+rank knows from (spec, count), so no sizes are exchanged (_hook_plans.py):
+  - Quantizers (fp16, bf16, uniform, qsgd, sign, terngrad) on float32 buckets:
+    gccl's SRA schedule in two collectives (all_to_all_single of chunk frames to
+    their owners, all_gather of the owners' re-encoded sums).
+  - Sparse codecs (topk, randk) and other dtypes: one all_gather of every rank's
+    whole frame, decoded in rank order on every rank.
+  Stochastic codecs (uniform, qsgd, terngrad) get a seed per rank and chunk
+  unless the spec fixes one (through the codec-only API every process would
+  otherwise round alike).
 
 transport="gccl": gcclAllReduceCompressed over a gccl communicator of MPI
-processes (Comm.from_mpi(), under mpirun), run on one worker thread per state so
-that the backward pass goes on meanwhile; one thread keeps every rank's calls in
-DDP's bucket order.
+processes (Comm.from_mpi(), under mpirun, unless `comm` is given).
+
+CUDA tensors (libgccl built with CUDA) use gccl's GPU codecs on the stream that
+was current when DDP called the hook; with transport="torch" frames travel as
+CUDA uint8 tensors (use the NCCL backend), with "gccl" the device buffers go to
+gcclAllReduceCompressed on a gccl stream tied to that CUDA stream. Either way
+the frames are the CPU's, so replicas get the same bits as on the CPU.
 
 Dense instead of compressed: the first start_iter iterations (a warm-up, like
 PowerSGD's start_powerSGD_iter: DDP rebuilds its buckets after the first one),
 buckets of fewer than min_compress_numel elements, and spec "none". Dense is
-DDP's own allreduce (torch) or gcclAllReduce (gccl).
+DDP's own allreduce on `process_group` (torch: torch's allreduce_hook bit for
+bit) or gcclAllReduce (gccl).
 
-Error feedback lives in one gccl.Compressor per bucket. A bucket whose layout
-changed (DDP rebuilt its buckets: another size, dtype or parameter shapes at that
-index) gets a fresh compressor, so residuals never land on other parameters.
+Error feedback lives in each bucket's plan (its compressors). A bucket whose
+layout changed (DDP rebuilt its buckets: another size, dtype or parameter shapes
+at that index) gets a fresh plan, so residuals never land on other parameters.
 
 Checkpoints: state_dict() holds every bucket's residual with its layout.
 load_state_dict() gives each back when a bucket of that index and layout next
@@ -45,18 +51,19 @@ saved in; a bucket whose saved residual does not fit yet goes dense meanwhile
 dropped with a warning), so no residual is lost to that first iteration.
 """
 
-import concurrent.futures
 import re
 import warnings
+import weakref
 
-import numpy as np
-import numpy as np
 import torch
 import torch.distributed as dist
 
+from ._hook_plans import GatherPlan, GcclPlan, SraPlan
+from ._hook_worker import HookWorker
 from .comm import Comm
-from .compressor import Compressor, decode_accumulate
+from .compressor import Compressor
 from .errors import GcclInvalidArgument
+from .stream import Stream
 
 TRANSPORTS = ("torch", "gccl")
 RESTORE_WAIT = 2  # iterations a loaded residual waits for its bucket layout
@@ -84,38 +91,6 @@ def _without_ef(spec):
     return codec + ":" + ",".join(kept + ["ef=0"])
 
 
-def _chunk(n, p, r):
-    """Chunk r of n elements over p ranks: gccl's coll_chunk (first n % p one longer)."""
-    base, extra = divmod(n, p)
-    return r * base + min(r, extra), base + (1 if r < extra else 0)
-
-
-class _SraBucket:
-    """One bucket's compressors for the SRA schedule: one per chunk (each holds its
-    chunk's residual; this rank's own chunk is never encoded by it, it stores the
-    owner's residual), and the owner's re-encoder without error feedback. Looks like
-    a Compressor to the state: residual of the whole bucket, destroy."""
-
-    def __init__(self, spec_of, n, p, me):
-        """spec_of(k): the spec of compressor k (chunks 0..p-1, then the owner's)."""
-        self.chunks = [_chunk(n, p, r) for r in range(p)]
-        self.comps = [Compressor(spec_of(j), length) for j, (_, length) in enumerate(self.chunks)]
-        self.owner = Compressor(_without_ef(spec_of(p)), self.chunks[me][1])
-        self.ef = _ef_on(spec_of(p))
-
-    def get_residual(self):
-        return np.concatenate([c.get_residual() for c in self.comps])
-
-    def set_residual(self, values):
-        values = torch.as_tensor(values)
-        for (off, length), c in zip(self.chunks, self.comps):
-            c.set_residual(values[off:off + length])
-
-    def destroy(self):
-        for c in self.comps + [self.owner]:
-            c.destroy()
-
-
 def _fingerprint(bucket):
     buf = bucket.buffer()
     return (buf.numel(), str(buf.dtype), tuple(tuple(g.shape) for g in bucket.gradients()))
@@ -128,10 +103,28 @@ def _as_fingerprint(fp):
     return (int(numel), str(dtype), tuple(tuple(int(d) for d in s) for s in shapes))
 
 
+def _on_stream(stream, job):
+    """job, run with `stream` (a torch.cuda.Stream, or None on the CPU) current and
+    waited for, so that the future's tensor is ready when DDP reads it."""
+    if stream is None:
+        return job
+
+    def run():
+        with torch.cuda.device(stream.device), torch.cuda.stream(stream):
+            value = job()
+            stream.synchronize()
+            return value
+
+    return run
+
+
 class GcclHookState:
     """What gccl_hook keeps between calls. Construct it on every rank with the same
-    arguments (after torch.distributed is initialised; transport="gccl" also makes
-    the gccl communicator from MPI_COMM_WORLD unless `comm` is given)."""
+    arguments, after torch.distributed is initialised. Collective: every process
+    of the default group must construct it (transport="torch" makes the hook's
+    own process group over the ranks of `process_group`; "gccl" makes the gccl
+    communicator from MPI_COMM_WORLD unless `comm` is given). close() it when done
+    (or let it be collected)."""
 
     def __init__(self, spec, transport="torch", process_group=None, comm=None, start_iter=0,
                  min_compress_numel=1024):
@@ -146,21 +139,25 @@ class GcclHookState:
         self.start_iter, self.min_compress_numel = start_iter, min_compress_numel
         self.process_group = process_group
         self.iter = 0
-        self.resets = 0  # compressors replaced because a bucket's layout changed
+        self.resets = 0  # plans replaced because a bucket's layout changed
         self.restored = 0  # residuals given back from load_state_dict
         self.bytes_sent = 0  # bytes this rank put on the wire, all buckets, since the start
-        self._comps = {}  # bucket index -> (fingerprint, Compressor)
+        self._plans = {}  # bucket index -> (fingerprint, plan)
         self._pending = {}  # bucket index -> (fingerprint, residual) from load_state_dict
         self._pending_until = 0  # iteration after which unclaimed residuals are dropped
-        self._executor = None
-        self.comm = None
+        self._streams = {}  # cudaStream_t -> gccl.Stream (transport="gccl", CUDA tensors)
+        self._dense_bufs = {}  # bucket index -> the tensor its dense allreduce reads and writes
+        self.comm = self._group = None
         if transport == "gccl":
             self.comm = comm if comm is not None else Comm.from_mpi()
-            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gccl-hook")
             self.rank, self.world_size = self.comm.rank, self.comm.size
         else:
             self.rank = dist.get_rank(process_group)
             self.world_size = dist.get_world_size(process_group)
+            ranks = None if process_group is None else dist.get_process_group_ranks(process_group)
+            self._group = dist.new_group(ranks=ranks, backend=dist.get_backend(process_group))
+        self._worker = HookWorker()
+        self._stop_worker = weakref.finalize(self, self._worker.stop)
 
     def _stream_spec(self, k):
         """The spec of this rank's k-th compressor of a bucket. Through the codec-only
@@ -172,34 +169,35 @@ class GcclHookState:
             return spec
         return spec + ("," if ":" in spec else ":") + "seed=%d" % (1 + self.rank * 65536 + k)
 
-    # ---- compressors and residuals ------------------------------------------------------
+    # ---- plans and residuals ------------------------------------------------------------
 
-    def compressor(self, bucket):
-        """The bucket's compressor; a new one (residual zero, or restored from
+    def plan(self, bucket):
+        """The bucket's plan; a new one (residual zero, or restored from
         load_state_dict) when the bucket's layout is new at its index."""
         fp = _fingerprint(bucket)
         idx = bucket.index()
-        old = self._comps.get(idx)
+        old = self._plans.get(idx)
         if old is not None and old[0] == fp:
             return old[1]
         if old is not None:
             old[1].destroy()
             self.resets += 1
-        if self._uses_sra(bucket):
-            c = _SraBucket(self._stream_spec, fp[0], self.world_size, self.rank)
+        buf = bucket.buffer()
+        p, n = self.world_size, fp[0]
+        if self.transport == "gccl":
+            plan = GcclPlan(self.spec, n, buf.dtype, self.comm)
+        elif _codec(self.spec) in _QUANTIZERS and p > 1 and buf.dtype == torch.float32:
+            spec_of = lambda k: self._stream_spec(k) if k < p else _without_ef(self._stream_spec(k))
+            plan = SraPlan(spec_of, n, self._group, p, self.rank, _ef_on(self.spec), buf.device)
         else:
-            c = Compressor(self._stream_spec(0), fp[0], bucket.buffer().dtype)
+            plan = GatherPlan(self._stream_spec(0), n, buf.dtype, self._group, p, buf.device)
         pending = self._pending.get(idx)
         if pending is not None and pending[0] == fp:
-            c.set_residual(pending[1])
+            plan.set_residual(pending[1])
             del self._pending[idx]
             self.restored += 1
-        self._comps[idx] = (fp, c)
-        return c
-
-    def _uses_sra(self, bucket):
-        return (self.transport == "torch" and _codec(self.spec) in _QUANTIZERS and self.world_size > 1
-                and bucket.buffer().dtype == torch.float32)
+        self._plans[idx] = (fp, plan)
+        return plan
 
     def _awaits_layout(self, bucket):
         """Whether a loaded residual waits for this bucket's index in another layout
@@ -214,16 +212,15 @@ class GcclHookState:
         return pending is not None and pending[0] != _fingerprint(bucket)
 
     def residual(self, index):
-        """A copy of bucket `index`'s residual (a torch tensor), or None."""
-        entry = self._comps.get(index)
-        return None if entry is None else torch.as_tensor(entry[1].get_residual())
+        """A copy of bucket `index`'s residual (a CPU torch tensor), or None."""
+        entry = self._plans.get(index)
+        return None if entry is None else entry[1].get_residual()
 
     def state_dict(self):
         """Counters and every bucket's residual, for torch.save."""
         residuals = {}
         if _ef_on(self.spec):  # without error feedback there is nothing to keep
-            residuals = {i: {"fingerprint": fp, "residual": torch.as_tensor(c.get_residual())}
-                         for i, (fp, c) in self._comps.items()}
+            residuals = {i: {"fingerprint": fp, "residual": plan.get_residual()} for i, (fp, plan) in self._plans.items()}
         return {"spec": self.spec, "transport": self.transport, "start_iter": self.start_iter,
                 "min_compress_numel": self.min_compress_numel, "iter": self.iter, "residuals": residuals}
 
@@ -234,119 +231,81 @@ class GcclHookState:
             raise GcclInvalidArgument("invalid argument",
                                       "state was saved with spec %r, this state has %r" % (sd.get("spec"), self.spec))
         self.iter = int(sd["iter"])
-        for i, (fp, c) in list(self._comps.items()):
-            c.destroy()
-            del self._comps[i]
+        for _, plan in self._plans.values():
+            plan.destroy()
+        self._plans.clear()
         self._pending = {int(i): (_as_fingerprint(e["fingerprint"]), e["residual"]) for i, e in sd["residuals"].items()}
         self._pending_until = self.iter + RESTORE_WAIT
 
     def close(self):
-        """Frees the compressors and the worker thread (not the communicator it was given)."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
-        for _, c in self._comps.values():
-            c.destroy()
-        self._comps.clear()
+        """Lets queued buckets finish, then frees the worker thread, the plans, the
+        gccl streams and the hook's process group (not a communicator it was given).
+        Idempotent."""
+        self._stop_worker()
+        for _, plan in self._plans.values():
+            plan.destroy()
+        self._plans.clear()
+        for s in self._streams.values():
+            s.destroy()
+        self._streams.clear()
+        self._dense_bufs.clear()
+        if self._group is not None and dist.is_initialized():
+            try:
+                dist.destroy_process_group(self._group)
+            except RuntimeError:  # already gone with dist.destroy_process_group()
+                pass
+        self._group = None
 
     # ---- the two paths ------------------------------------------------------------------
 
-    def _dense(self, buf):
+    def _submit(self, job, buf):
+        stream = torch.cuda.current_stream(buf.device) if buf.is_cuda else None
+        return self._worker.submit(_on_stream(stream, job))
+
+    def _gccl_stream(self, buf):
+        """The gccl stream ordered on buf's current CUDA stream (None on the CPU)."""
+        if not buf.is_cuda:
+            return None
+        cuda = torch.cuda.current_stream(buf.device)
+        if cuda.cuda_stream not in self._streams:
+            self._streams[cuda.cuda_stream] = Stream(cuda=cuda)
+        return self._streams[cuda.cuda_stream]
+
+    def _dense(self, buf, index):
         p = self.world_size
         self.bytes_sent += 2 * (p - 1) * buf.numel() * buf.element_size() // p  # a ring allreduce's share
         if self.transport == "gccl":
-            return self._on_worker(lambda: self.comm.allreduce(buf, buf, op="avg"))
-        fut = dist.all_reduce(buf.div_(p), group=self.process_group, async_op=True).get_future()
-        return fut.then(lambda f: f.value()[0])
+            comm, stream = self.comm, self._gccl_stream(buf)
+
+            def job():
+                comm.allreduce(buf, buf, op="avg", stream=stream)
+                if stream is not None:
+                    stream.synchronize()
+                return buf
+
+            return self._submit(job, buf)
+        # issued here, in DDP's order on its group, as torch's allreduce_hook does,
+        # but on a copy the state keeps (see _hook_worker.py)
+        own = self._dense_bufs.get(index)
+        if own is None or own.shape != buf.shape or own.dtype != buf.dtype or own.device != buf.device:
+            own = self._dense_bufs[index] = torch.empty_like(buf)
+        torch.div(buf, p, out=own)
+        work = dist.all_reduce(own, group=self.process_group, async_op=True)
+
+        def wait():
+            work.wait()
+            return buf.copy_(own)
+
+        return self._submit(wait, buf)
 
     def _compressed(self, bucket):
         buf = bucket.buffer()
-        comp = self.compressor(bucket)
+        plan = self.plan(bucket)
+        self.bytes_sent += plan.wire_bytes
         if self.transport == "gccl":
-            self.bytes_sent += 2 * (self.world_size - 1) * comp.encode_bound // self.world_size  # at most
-            return self._on_worker(lambda: self.comm.allreduce_compressed(buf, comp, buf, op="avg"))
-        if isinstance(comp, _SraBucket):
-            return self._sra(buf, comp)
-        frame = torch.from_numpy(comp.encode(buf))
-        p = self.world_size
-        frames, work = self._gather_frames(frame)
-
-        def decode(_):
-            total = torch.zeros_like(buf)
-            for r in range(p):  # rank order: the same bits on every rank
-                decode_accumulate(frames[r].numpy(), total)
-            return total.div_(p)
-
-        return work.get_future().then(decode)
-
-    def _gather_frames(self, frame):
-        """all_gather of one frame per rank, padded to the longest; returns every
-        rank's frame (a view trimmed to its length, filled when the work completes)
-        and the async work."""
-        p = self.world_size
-        sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(p)]
-        dist.all_gather(sizes, torch.tensor([frame.numel()], dtype=torch.int64), group=self.process_group)
-        sizes = [int(s) for s in sizes]
-        longest = max(sizes)
-        send = torch.zeros(longest, dtype=torch.uint8)
-        send[:frame.numel()] = frame
-        frames = [torch.empty(longest, dtype=torch.uint8) for _ in range(p)]
-        self.bytes_sent += (p - 1) * longest  # a ring allgather's share
-        work = dist.all_gather(frames, send, group=self.process_group, async_op=True)
-        return [f[:n] for f, n in zip(frames, sizes)], work
-
-    def _sra(self, buf, sb):
-        p, me = self.world_size, self.rank
-        # phase 1: every other owner's chunk encoded once and sent to it
-        frames = [torch.from_numpy(sb.comps[j].encode(buf[off:off + n])) if j != me else torch.empty(0, dtype=torch.uint8)
-                  for j, (off, n) in enumerate(sb.chunks)]
-        sizes = [torch.zeros(p, dtype=torch.int64) for _ in range(p)]
-        dist.all_gather(sizes, torch.tensor([f.numel() for f in frames], dtype=torch.int64), group=self.process_group)
-        longest = max(int(s.max()) for s in sizes)
-        send = torch.zeros(p * longest, dtype=torch.uint8)
-        for j, f in enumerate(frames):
-            send[j * longest:j * longest + f.numel()] = f
-        recv = torch.empty(p * longest, dtype=torch.uint8)
-        dist.all_to_all_single(recv, send, group=self.process_group)
-        self.bytes_sent += (p - 1) * longest
-        # the owner's sum, in rank order; its own chunk (and residual) enters exactly
-        off, n = sb.chunks[me]
-        total = torch.zeros(n, dtype=torch.float32)
-        for r in range(p):
-            if r == me:
-                own = buf[off:off + n].clone()
-                if sb.ef:
-                    own += torch.from_numpy(sb.comps[me].get_residual())
-                total += own
-            else:
-                decode_accumulate(recv[r * longest:r * longest + int(sizes[r][me])].numpy(), total)
-        owner_frame = sb.owner.encode(total)
-        if sb.ef:  # the re-encode's error stays with the owner, for its next sum
-            dec = torch.zeros(n, dtype=torch.float32)
-            decode_accumulate(owner_frame, dec)
-            sb.comps[me].set_residual(total - dec)
-        # phase 2: every owner's frame to every rank, decoded chunk by chunk
-        gathered, work = self._gather_frames(torch.from_numpy(owner_frame))
-
-        def decode(_):
-            out = torch.zeros_like(buf)
-            for r, (o, m) in enumerate(sb.chunks):
-                decode_accumulate(gathered[r].numpy(), out[o:o + m])
-            return out.div_(p)
-
-        return work.get_future().then(decode)
-
-    def _on_worker(self, fn):
-        fut = torch.futures.Future()
-
-        def run():
-            try:
-                fut.set_result(fn())
-            except Exception as e:  # the training loop sees it when it waits on the future
-                fut.set_exception(e)
-
-        self._executor.submit(run)
-        return fut
+            stream = self._gccl_stream(buf)
+            return self._submit(lambda: plan.run(buf, stream), buf)
+        return self._submit(lambda: plan.run(buf), buf)
 
 
 def gccl_hook(state, bucket):
@@ -357,7 +316,7 @@ def gccl_hook(state, bucket):
              or _codec(state.spec) == "none" or state._awaits_layout(bucket))
     if bucket.is_last():
         state.iter += 1
-    return state._dense(buf) if dense else state._compressed(bucket)
+    return state._dense(buf, bucket.index()) if dense else state._compressed(bucket)
 
 
 __all__ = ["GcclHookState", "gccl_hook", "TRANSPORTS"]

@@ -1,9 +1,14 @@
-"""Makes the package in ../ importable without installing it, and offers a helper
-that runs one function per thread rank."""
+"""Makes the package in ../ importable without installing it, and offers helpers:
+one function per thread rank, and child processes (plain or under mpirun) that
+import the same package."""
 
 import os
+import shutil
+import subprocess
 import sys
 import threading
+
+import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -30,3 +35,26 @@ def run_ranks(n, fn, timeout=60):
         if e is not None:
             raise e
     return results
+
+
+def child_env():
+    """The environment for a test's child processes: this package first on
+    PYTHONPATH, Open MPI allowed to run as root and to oversubscribe the cores."""
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(HERE)] + [p for p in [env.get("PYTHONPATH")] if p])
+    return env
+
+
+def run_mpi(np_, script_args, timeout):
+    """mpirun -np np_ python3 script_args... with child_env() (GCCL_LIBRARY and
+    PYTHONPATH exported); skips when libgccl has no MPI."""
+    import gccl
+    if not gccl.HAVE_MPI:
+        pytest.skip("this libgccl was built without MPI")
+    mpirun = shutil.which("mpirun")
+    assert mpirun, "libgccl has MPI but mpirun is not on PATH"
+    env = child_env()
+    exports = [a for v in ("GCCL_LIBRARY", "PYTHONPATH") if v in env for a in ("-x", v)]
+    return subprocess.run([mpirun, "-np", str(np_), "--bind-to", "none"] + exports + [sys.executable] + script_args,
+                          env=env, capture_output=True, text=True, timeout=timeout)

@@ -12,6 +12,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import gccl.torch as gt
+from gccl._hook_plans import SraPlan
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 SPECS = ["none", "fp16", "uniform:bits=4", "sign", "topk:ratio=0.01", "topk:ratio=0.01,ef=0", "randk:ratio=0.05"]
@@ -90,27 +91,31 @@ def replicas(rank, world, port, out):
     finish(results, rank, out)
 
 
+class Bucket:
+    """A stand-in for DDP's GradBucket: one tensor, and the shapes of the parameters
+    it holds (one parameter, the tensor's, unless given)."""
+
+    def __init__(self, index, t, last=True, shapes=None):
+        self.t, self.i, self.last = t, index, last
+        self.shapes = shapes
+
+    def buffer(self):
+        return self.t
+
+    def index(self):
+        return self.i
+
+    def is_last(self):
+        return self.last
+
+    def gradients(self):
+        return [self.t] if self.shapes is None else [torch.empty(s) for s in self.shapes]
+
+
 def hook_values(rank, world, port, out):
     """The hook's returned tensor against the exact average, on integer-valued
     buckets (exact through fp16 and topk ratio=1), through a stand-in bucket."""
     init(rank, world, port)
-
-    class Bucket:
-        def __init__(self, index, t, last=True):
-            self.t, self.i, self.last = t, index, last
-
-        def buffer(self):
-            return self.t
-
-        def index(self):
-            return self.i
-
-        def is_last(self):
-            return self.last
-
-        def gradients(self):
-            return [self.t]
-
     got = {}
     for spec in ["fp16", "topk:ratio=1", "none"]:
         state = gt.GcclHookState(spec, min_compress_numel=0)
@@ -141,7 +146,7 @@ def hook_values(rank, world, port, out):
         got[(spec, "in")] = t.clone()
         got[(spec, "out")] = gt.gccl_hook(state, Bucket(0, t.clone())).wait()
         got[(spec, "residual")] = state.residual(0)
-        got[(spec, "sra")] = isinstance(state._comps[0][1], gt._SraBucket)
+        got[(spec, "sra")] = isinstance(state._plans[0][1], SraPlan)
         got[(spec, "bytes")] = state.bytes_sent
         state.close()
     finish(got, rank, out)
@@ -163,11 +168,11 @@ def rebuild_and_checkpoint(rank, world, port, out):
     model.register_comm_hook(state, gt.gccl_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     train(model, opt, rank, 1)
-    res["buckets_first"] = sorted(state._comps)
-    layouts_first = {i: fp for i, (fp, _) in state._comps.items()}
+    res["buckets_first"] = sorted(state._plans)
+    layouts_first = {i: fp for i, (fp, _) in state._plans.items()}
     train(model, opt, rank, 3, first=1)
-    res["layouts_changed"] = {i: fp for i, (fp, _) in state._comps.items()} != layouts_first
-    res["buckets_after"] = sorted(state._comps)
+    res["layouts_changed"] = {i: fp for i, (fp, _) in state._plans.items()} != layouts_first
+    res["buckets_after"] = sorted(state._plans)
     res["resets"] = state.resets
     blob = io.BytesIO()
     torch.save(state.state_dict(), blob)  # what a checkpoint file holds
@@ -205,3 +210,42 @@ def rebuild_and_checkpoint(rank, world, port, out):
     res["saved_count"] = len(torch.load(io.BytesIO(saved[2]))["residuals"])
     del model
     finish(res, rank, out)
+
+
+def nonfinite_and_collectives(rank, world, port, out):
+    """(a) How many collectives each bucket costs (counted on torch.distributed's
+    functions): none of them blocks the hook. (b) A NaN and an inf on one rank
+    come out non-finite at their indices on every rank, for a few (in the frame's
+    exceptions) and for many (the slot overflows: the chunk is NaN everywhere);
+    the next, finite step is finite again."""
+    init(rank, world, port)
+    got = {}
+    calls = []
+    for name in ("all_reduce", "all_gather", "all_to_all_single", "broadcast", "all_gather_object"):
+        real = getattr(dist, name)
+
+        def counted(*a, _real=real, _name=name, **k):
+            calls.append(_name)
+            return _real(*a, **k)
+
+        setattr(dist, name, counted)
+    n = 4099
+    for spec in ["none", "fp16", "uniform:bits=4", "sign", "topk:ratio=0.01", "randk:ratio=0.05"]:
+        state = gt.GcclHookState(spec, min_compress_numel=0)
+        gt.gccl_hook(state, Bucket(0, torch.ones(n))).wait()  # the plan is made (buffers, compressors)
+        del calls[:]
+        fut = gt.gccl_hook(state, Bucket(0, torch.ones(n)))
+        fut.wait()
+        got[(spec, "calls")] = sorted(calls)
+        base = ((torch.arange(n) % 7) - 3.0 + rank).float()
+        few = base.clone()
+        if rank == world - 1:
+            few[5], few[n - 2] = float("nan"), float("-inf")
+        got[(spec, "few")] = gt.gccl_hook(state, Bucket(0, few)).wait().clone()
+        many = base.clone()
+        if rank == 0:
+            many[100:1100] = float("inf")
+        got[(spec, "many")] = gt.gccl_hook(state, Bucket(0, many)).wait().clone()
+        got[(spec, "after")] = gt.gccl_hook(state, Bucket(0, base.clone())).wait().clone()
+        state.close()
+    finish(got, rank, out)

@@ -71,9 +71,32 @@ def test_hook_values_and_residual_reset(tmp_path):
             assert torch.equal(res[r][(spec, "out")], res[0][(spec, "out")])
         assert torch.allclose(world * res[0][(spec, "out")].double() + kept, total_in, atol=1e-4), spec
         assert float(kept.abs().sum()) > 0  # the codecs did lose something, and kept it
-    # SRA's bytes: 2 (p-1) chunk frames per rank, about 2 (p-1)/p of one whole frame
+    # SRA's bytes: 2 (p-1) chunk slots per rank, about 2 (p-1)/p of one whole frame;
+    # a slot is a chunk's frame (64-byte header) plus room for 4 non-finite values
+    # (12 bytes each) and the trailer (8), rounded to 8
     frame = 1000 + 8 * 2 + 64  # uniform 8-bit: a byte per element, 2 buckets' (min, max), header
-    assert res[0][("uniform:bits=8,ef=1", "bytes")] < 2 * (world - 1) / world * frame + 2 * (world - 1) * 64
+    assert res[0][("uniform:bits=8,ef=1", "bytes")] <= 2 * (world - 1) / world * frame + 2 * (world - 1) * (64 + 64)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_collectives_per_bucket_and_nonfinite_values(world, tmp_path):
+    res = spawn(W.nonfinite_and_collectives, world, tmp_path)
+    n = 4099
+    for spec, want in [("none", ["all_reduce"]), ("fp16", ["all_gather", "all_to_all_single"]),
+                       ("uniform:bits=4", ["all_gather", "all_to_all_single"]),
+                       ("sign", ["all_gather", "all_to_all_single"]), ("topk:ratio=0.01", ["all_gather"]),
+                       ("randk:ratio=0.05", ["all_gather"])]:
+        # SRA: two collectives a bucket, all_gather codecs one, dense one; no size exchange
+        assert res[0][(spec, "calls")] == want, (spec, res[0][(spec, "calls")])
+        for r in range(world):
+            for key in ("few", "many", "after"):
+                assert torch.equal(res[r][(spec, key)].view(torch.int32), res[0][(spec, key)].view(torch.int32)), \
+                    (spec, key, r)
+        few, many, after = res[0][(spec, "few")], res[0][(spec, "many")], res[0][(spec, "after")]
+        assert not torch.isfinite(few[5]) and not torch.isfinite(few[n - 2]), spec
+        assert int(torch.isfinite(few).sum()) == n - 2, (spec, int(torch.isfinite(few).sum()))  # in the exceptions
+        assert not torch.isfinite(many[100:1100]).any(), spec
+        assert torch.isfinite(after).all(), spec
 
 
 def test_bucket_rebuild_and_state_dict_round_trip(tmp_path):
