@@ -1,7 +1,8 @@
 // test_frame_golden.cc — frames and results pinned to the bit: a hash of every codec
 // spec's frames (three gcclEncode calls, error feedback carried between them, the
 // last with a NaN and an inf) and of their decodes, and of compressed allreduce
-// results on 3 and 4 thread ranks, against a table recorded from the build before a
+// results on 3 and 4 thread ranks, by the tuner's choice and with every algorithm
+// forced, against a table recorded from the build before a
 // refactor. A change of code that must not change behaviour (issue 28) keeps every
 // row; a change that means to change a frame format or a schedule's arithmetic
 // updates the table in the same commit and says why.
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <string>
@@ -165,6 +167,20 @@ const std::map<std::string, uint64_t>& AllReduceTable() {
       {"topk:ratio=0.01 p=4 n=70001", 0x4b9763daade7f5ceULL},
       {"topk:ratio=0.1,values=fp16 p=4 n=70001", 0xd7e4590bd6b8182bULL},
       {"randk:ratio=0.05 p=4 n=70001", 0xb5404df804054725ULL},
+      {"ring none p=4 n=70001", 0xe23a8c3f81fb7900ULL},
+      {"rhd none p=3 n=70001", 0x8151dcc40f6d979cULL},
+      {"tree none p=4 n=70001", 0x6d4a04bc5151e0a6ULL},
+      {"sra fp16 p=4 n=70001", 0xc6faf49d5776f9d9ULL},
+      {"sra sign p=3 n=70001", 0x9d51bbcb1a056214ULL},
+      {"sra uniform:bits=4,round=nearest p=4 n=70001", 0x03b38259303bdfbbULL},
+      {"ring-requant fp16 p=4 n=70001", 0x53c5169d619136a2ULL},
+      {"ring-requant bf16 p=3 n=70001", 0x309fc0cbc4331689ULL},
+      {"sparse-ag topk:ratio=0.01 p=4 n=70001", 0x4b9763daade7f5ceULL},
+      {"sparse-sr topk:ratio=0.01 p=3 n=70001", 0x14a7e2d57b57655cULL},
+      {"randk randk:ratio=0.05 p=4 n=70001", 0xb5404df804054725ULL},
+      {"hier uniform:bits=8 p=4 n=70001", 0xb30a8dbc09bd1a8cULL},
+      {"hier fp16 p=3 n=70001", 0x0b18550ad715b024ULL},
+      {"hier topk:ratio=0.01 p=4 n=70001", 0x20b8d2423591fb37ULL},
   };
   return table;
 }
@@ -205,38 +221,84 @@ TEST(FrameGolden, EveryCodecSpecsFramesAndDecodesAreUnchanged) {
 // The specs of the compressed collectives' tests, one per schedule family: SRA
 // quantizers, ring-requant's fp16/bf16, sparse all-gather codecs, dense "none".
 const char* const kAllReduceSpecs[] = {
-    "none",     "fp16", "bf16",          "uniform:bits=8", "uniform:bits=4,round=nearest", "qsgd:bits=4",
-    "sign",     "terngrad", "topk:ratio=0.01", "topk:ratio=0.1,values=fp16", "randk:ratio=0.05",
+    "none",
+    "fp16",
+    "bf16",
+    "uniform:bits=8",
+    "uniform:bits=4,round=nearest",
+    "qsgd:bits=4",
+    "sign",
+    "terngrad",
+    "topk:ratio=0.01",
+    "topk:ratio=0.1,values=fp16",
+    "randk:ratio=0.05",
 };
 
+// Two compressed allreduces (error feedback carried) of rank-dependent inputs on p
+// thread ranks; checks that every rank got the same bits and returns their hash.
+uint64_t AllReduceHash(const char* spec, int p, size_t count) {
+  std::vector<std::vector<float>> out(static_cast<size_t>(p), std::vector<float>(count * 2));
+  gcclResult_t res = gh::RunRanks(p, [&](int rank, gcclComm_t comm) {
+    gcclCompressor_t c = nullptr;
+    ASSERT_EQ(gcclCompressorCreate(&c, spec, count, gcclFloat32), gcclSuccess) << gcclGetLastError(nullptr);
+    for (int call = 0; call < 2; call++) {
+      std::vector<float> x = Input(count, rank, call);
+      float* y = out[static_cast<size_t>(rank)].data() + static_cast<size_t>(call) * count;
+      ASSERT_EQ(gcclAllReduceCompressed(x.data(), y, count, gcclFloat32, gcclSum, c, comm, nullptr), gcclSuccess)
+          << gcclGetLastError(comm);
+    }
+    ASSERT_EQ(gcclCompressorDestroy(c), gcclSuccess);
+  });
+  EXPECT_EQ(res, gcclSuccess);
+  for (int r = 1; r < p; r++)
+    EXPECT_EQ(std::memcmp(out[0].data(), out[static_cast<size_t>(r)].data(), out[0].size() * sizeof(float)), 0)
+        << "rank " << r << " differs from rank 0";
+  Hash hash;
+  hash.Add(out[0].data(), out[0].size() * sizeof(float));
+  return hash.h;
+}
+
 TEST(FrameGolden, CompressedAllReduceResultsAreUnchanged) {
-  const size_t counts[] = {1009, 70001};
-  for (int p : {3, 4}) {
-    for (size_t count : counts) {
+  for (int p : {3, 4})
+    for (size_t count : {size_t{1009}, size_t{70001}})
       for (const char* spec : kAllReduceSpecs) {
         const std::string key = std::string(spec) + " p=" + std::to_string(p) + " n=" + std::to_string(count);
         SCOPED_TRACE(key);
-        std::vector<std::vector<float>> out(static_cast<size_t>(p), std::vector<float>(count * 2));
-        gcclResult_t res = gh::RunRanks(p, [&](int rank, gcclComm_t comm) {
-          gcclCompressor_t c = nullptr;
-          ASSERT_EQ(gcclCompressorCreate(&c, spec, count, gcclFloat32), gcclSuccess) << gcclGetLastError(nullptr);
-          for (int call = 0; call < 2; call++) {
-            std::vector<float> x = Input(count, rank, call);
-            float* y = out[static_cast<size_t>(rank)].data() + static_cast<size_t>(call) * count;
-            ASSERT_EQ(gcclAllReduceCompressed(x.data(), y, count, gcclFloat32, gcclSum, c, comm, nullptr), gcclSuccess)
-                << gcclGetLastError(comm);
-          }
-          ASSERT_EQ(gcclCompressorDestroy(c), gcclSuccess);
-        });
-        ASSERT_EQ(res, gcclSuccess);
-        for (int r = 1; r < p; r++)
-          ASSERT_EQ(std::memcmp(out[0].data(), out[static_cast<size_t>(r)].data(), out[0].size() * sizeof(float)), 0)
-              << "rank " << r << " differs from rank 0";
-        Hash hash;
-        hash.Add(out[0].data(), out[0].size() * sizeof(float));
-        ExpectGolden(AllReduceTable(), key, hash.h);
+        ExpectGolden(AllReduceTable(), key, AllReduceHash(spec, p, count));
       }
-    }
+}
+
+// Every algorithm forced (GCCL_ALGO, read when a communicator is created), with the
+// codecs it serves; hier with nodes of 2 ranks (3 ranks: one node of 1).
+struct Forced {
+  const char* algo;
+  const char* spec;
+  int p;
+};
+const Forced kForced[] = {
+    {"ring", "none", 4},
+    {"rhd", "none", 3},
+    {"tree", "none", 4},
+    {"sra", "fp16", 4},
+    {"sra", "sign", 3},
+    {"sra", "uniform:bits=4,round=nearest", 4},
+    {"ring-requant", "fp16", 4},
+    {"ring-requant", "bf16", 3},
+    {"sparse-ag", "topk:ratio=0.01", 4},
+    {"sparse-sr", "topk:ratio=0.01", 3},
+    {"randk", "randk:ratio=0.05", 4},
+    {"hier", "uniform:bits=8", 4},
+    {"hier", "fp16", 3},
+    {"hier", "topk:ratio=0.01", 4},
+};
+
+TEST(FrameGolden, EveryForcedAlgorithmsResultsAreUnchanged) {
+  for (const Forced& f : kForced) {
+    const std::string key = std::string(f.algo) + " " + f.spec + " p=" + std::to_string(f.p) + " n=70001";
+    SCOPED_TRACE(key);
+    gh::ScopedEnv algo("GCCL_ALGO", f.algo);
+    gh::ScopedEnv per_node("GCCL_RANKS_PER_NODE", std::string(f.algo) == "hier" ? "2" : nullptr);
+    ExpectGolden(AllReduceTable(), key, AllReduceHash(f.spec, f.p, 70001));
   }
 }
 
