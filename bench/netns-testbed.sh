@@ -112,57 +112,11 @@ for tool in ip tc mpirun; do
   command -v $tool >/dev/null || { echo "netns-testbed: $tool not found: skipped" >&2; exit 77; }
 done
 
-NS_PREFIX=gccltb      # namespaces: gccltb-PID-K
-IF_PREFIX=gtb         # links: gtbPIDb (bridge), gtbPIDhK (host side), gtbPIDnK (namespace side, then gtb0)
+# The namespaces, bridge, shaping and their cleanup: shared with ddp-testbed.sh.
+NS_WHO=netns-testbed
 TAG=$$
-BRIDGE=$IF_PREFIX${TAG}b
-NS_IF=gtb0 # every namespace's interface, one name so that gccl-bench's --net-if is the same on all ranks
-ns_name() { echo "$NS_PREFIX-$TAG-$1"; }
-
-# ---- cleanup: ours now, and what dead runs left ------------------------------------
-
-# Is pid a live run of this script? (A reused pid of another program is not.)
-live_run() {
-  [[ -r /proc/$1/cmdline ]] && tr '\0' ' ' <"/proc/$1/cmdline" | grep -q netns-testbed
-}
-
-# Removes the namespaces and links of run `tag`: ends the processes left in its
-# namespaces (ours: the ranks and daemons mpirun started), deletes the host-side
-# veths (their peers go with them), the namespaces and the bridge.
-remove_run() {
-  local tag=$1 ns pid link
-  local nss
-  nss=$(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$NS_PREFIX-$tag-[0-9]+$" || true)
-  for ns in $nss; do
-    for pid in $(ip netns pids "$ns" 2>/dev/null || true); do kill -KILL "$pid" 2>/dev/null || true; done
-  done
-  for _ in $(seq 50); do # until they are gone (5 s at most), so that nothing outlives the run
-    local left=""
-    for ns in $nss; do left+=$(ip netns pids "$ns" 2>/dev/null || true); done
-    [[ -z $left ]] && break
-    sleep 0.1
-  done
-  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' |
-    grep -E "^$IF_PREFIX${tag}(b|h[0-9]+|n[0-9]+)$" || true); do
-    [[ $link == *b ]] || ip link del "$link" 2>/dev/null || true
-  done
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$NS_PREFIX-$tag-[0-9]+$" || true); do
-    ip netns del "$ns" 2>/dev/null || true
-  done
-  ip link del "$IF_PREFIX${tag}b" 2>/dev/null || true
-}
-
-remove_stale() {
-  local tag
-  for tag in $( { ip netns list 2>/dev/null | awk '{print $1}' | sed -nE "s/^$NS_PREFIX-([0-9]+)-[0-9]+$/\1/p"
-    ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' |
-      sed -nE "s/^$IF_PREFIX([0-9]+)(b|h[0-9]+|n[0-9]+)$/\1/p"; } | sort -u); do
-    if [[ $tag != "$TAG" ]] && ! live_run "$tag"; then
-      echo "netns-testbed: removing what run $tag left behind" >&2
-      remove_run "$tag"
-    fi
-  done
-}
+# shellcheck source=netns-lib.sh
+source "$(dirname "$0")/netns-lib.sh"
 
 TMP=""
 MPIRUN_PID=""
@@ -178,72 +132,9 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# ---- a /24 nobody here uses ------------------------------------------------------------
-
-ip2int() {
-  local IFS=. a b c d
-  read -r a b c d <<<"$1"
-  echo $(((a << 24) | (b << 16) | (c << 8) | d))
-}
-
-# Every IPv4 address and route prefix of this machine, the root namespace and all
-# others (so a concurrent test bed's subnet is seen too).
-used_prefixes() {
-  {
-    ip -4 -o addr show
-    ip -4 route show table all
-    for ns in $(ip netns list | awk '{print $1}'); do
-      ip -n "$ns" -4 -o addr show
-      ip -n "$ns" -4 route show table all
-    done
-  } 2>/dev/null | grep -oE '([0-9]{1,3}\.){3}[0-9]{1,3}(/[0-9]{1,2})?' | sort -u
-}
-
-# The first 10.147.K.0/24 that overlaps none of them.
-pick_subnet() {
-  local used k p addr len cand mask
-  used=$(used_prefixes)
-  for k in $(seq 1 254); do
-    cand=$(ip2int "10.147.$k.0")
-    local clash=0
-    for p in $used; do
-      addr=${p%/*}
-      len=32
-      [[ $p == */* ]] && len=${p#*/}
-      ((len > 24)) && len=24 # compare on the shorter of the two prefixes
-      mask=$(((0xffffffff << (32 - len)) & 0xffffffff))
-      ((len == 0)) && mask=0
-      if (((($(ip2int "$addr") ^ cand) & mask) == 0)); then
-        clash=1
-        break
-      fi
-    done
-    if ((!clash)); then
-      echo "10.147.$k"
-      return 0
-    fi
-  done
-  return 1
-}
-
 # ---- the network ------------------------------------------------------------------------
 
-# A container may forbid namespaces or lack tbf: that is a skip too, found out with a
-# throw-away namespace before anything else is made.
-probe=$NS_PREFIX-probe-$TAG
-ip netns add "$probe" 2>/dev/null || { echo "netns-testbed: cannot make network namespaces here: skipped" >&2; exit 77; }
-if ! err=$(ip netns exec "$probe" true 2>&1); then # e.g. in a chroot, whose / is no mount point
-  ip netns del "$probe"
-  echo "netns-testbed: cannot run commands in a network namespace here ($err): skipped" >&2
-  exit 77
-fi
-if ! ip netns exec "$probe" tc qdisc add dev lo root tbf rate 1gbit burst 256kb latency 20ms 2>/dev/null; then
-  ip netns del "$probe"
-  echo "netns-testbed: tc tbf is not available here: skipped" >&2
-  exit 77
-fi
-ip netns del "$probe"
-
+ns_probe
 remove_stale
 NET=$(pick_subnet) || { echo "netns-testbed: no free 10.147.K.0/24" >&2; exit 1; }
 SUBNET=$NET.0/24
@@ -251,30 +142,9 @@ TMP=$(mktemp -d /tmp/gccl-testbed.XXXXXX)
 if [[ -z $OUTDIR ]]; then OUTDIR=$(mktemp -d /tmp/gccl-testbed-out.XXXXXX); fi
 mkdir -p "$OUTDIR"
 OUTDIR=$(cd "$OUTDIR" && pwd)
-SHAPE=(tbf rate "$RATE" burst 256kb latency 20ms)
 
 echo "netns-testbed: $N namespaces on $SUBNET, links shaped to $RATE (tbf burst 256kb latency 20ms)" >&2
-ip link add "$BRIDGE" type bridge
-ip link set "$BRIDGE" up
-HOSTS=()
-for ((k = 0; k < N; k++)); do
-  ns=$(ns_name $k)
-  host_if=$IF_PREFIX${TAG}h$k peer_if=$IF_PREFIX${TAG}n$k addr=$NET.$((k + 1))
-  ip netns add "$ns"
-  ip link add "$host_if" type veth peer name "$peer_if"
-  ip link set "$peer_if" netns "$ns"
-  ip -n "$ns" link set "$peer_if" name $NS_IF
-  ip -n "$ns" addr add "$addr/24" dev $NS_IF
-  ip -n "$ns" link set lo up
-  if [[ -n $CC ]]; then ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$CC"; fi
-  ip -n "$ns" link set $NS_IF up
-  ip link set "$host_if" master "$BRIDGE" up
-  # Both directions: the host's upload (its egress) and its download (the bridge's
-  # egress towards it), a full-duplex link of RATE each way.
-  ip netns exec "$ns" tc qdisc add dev $NS_IF root "${SHAPE[@]}"
-  tc qdisc add dev "$host_if" root "${SHAPE[@]}"
-  HOSTS+=("$addr")
-done
+ns_build "$N" "$RATE" "$CC"
 
 # mpirun's hosts are the namespaces' addresses; the agent it would call ssh maps
 # them back to namespaces. Remote commands come as ssh gets them: one shell line.
@@ -367,19 +237,8 @@ fi
 
 # What the shapers did over the whole run: a queue that overflows drops packets,
 # and TCP backs off (incast: several senders into one link at once).
-qdisc_stats() { # DEV [NS]: "sent_packets dropped overlimits"
-  local dev=$1
-  shift
-  "$@" tc -s qdisc show dev "$dev" | awk '/Sent/ { s = $4; d = $7; o = $9; sub(/,/, "", d) } END { print s + 0, d + 0, o + 0 }'
-}
-up=(0 0) down=(0 0)
-for ((k = 0; k < N; k++)); do
-  read -r s d _ < <(qdisc_stats $NS_IF ip netns exec "$(ns_name $k)")
-  up=($((up[0] + s)) $((up[1] + d)))
-  read -r s d _ < <(qdisc_stats "$IF_PREFIX${TAG}h$k")
-  down=($((down[0] + s)) $((down[1] + d)))
-done
-SHAPER_LINE="# tbf over the run: uplinks sent ${up[0]} packets, dropped ${up[1]}; downlinks sent ${down[0]}, dropped ${down[1]}"
+read -r up_sent up_drop down_sent down_drop < <(ns_shaper_totals)
+SHAPER_LINE="# tbf over the run: uplinks sent $up_sent packets, dropped $up_drop; downlinks sent $down_sent, dropped $down_drop"
 
 # ---- the table ----------------------------------------------------------------------------
 # gccl-bench's rows with -z: time $6 (us), #wrong $9, codec $10, algo $11, wire $12,

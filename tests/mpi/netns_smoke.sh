@@ -8,15 +8,13 @@ build=$1
 here=$(cd "$(dirname "$0")" && pwd)
 out=$(mktemp -d /tmp/gccl-netns-smoke.XXXXXX)
 trap 'rm -rf "$out"' EXIT
-count_ours() { { ip netns list 2>/dev/null; ip -o link show 2>/dev/null; } | grep -cE 'gccltb-|gtb[0-9]+[bhn]' || true; }
-before=$(count_ours)
-bash "$here/../../bench/netns-testbed.sh" -q -b "$build" -o "$out" -t 300
-rc=$?
+source "$here/../bench/run_bed.sh"
+run_bed "$here/../../bench/netns-testbed.sh" -q -b "$build" -o "$out" -t 300
+rc=$BED_RC
 ((rc == 77)) && exit 77
-after=$(count_ours)
 fail=0
 ((rc == 0)) || { echo "FAIL: netns-testbed.sh exited $rc"; fail=1; }
-((after == before)) || { echo "FAIL: $((after - before)) namespaces or links left behind"; fail=1; }
+((BED_LEFT == 0)) || { echo "FAIL: the run left $BED_LEFT namespaces or links behind"; fail=1; }
 grep -qE '^OpenMPI-ring +mpi +1048576 +[0-9.]+' "$out/summary.txt" || { echo "FAIL: no Open MPI row"; fail=1; }
 grep -qE '^fp16 +auto +1048576 +[0-9.]+' "$out/summary.txt" || { echo "FAIL: no fp16 row"; fail=1; }
 grep -q 'Out of bounds values : 0 OK' "$out/summary.txt" || { echo "FAIL: the checks did not pass"; fail=1; }
