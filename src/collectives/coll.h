@@ -44,9 +44,9 @@ struct coll_args {
   struct gcclCompressor* comp;
   size_t comp_first; /* element of the compressor's tensor where this call's data starts
                         (0 for a user's call; a share of it inside hier) */
-  unsigned device;   /* DEVICE_* (core/device.h): buffers in CUDA device memory, staged */
+  unsigned device;   /* DEVICE_* (device/device.h): buffers in CUDA device memory, staged */
   void* cuda_stream; /* the cudaStream_t those buffers are ordered on (NULL: the default) */
-  /* Staged calls whose codec work runs on the GPU (core/device.h decides): the
+  /* Staged calls whose codec work runs on the GPU (device/device.h decides): the
    * caller's device buffers, which the one-frame steps below read and write
    * instead of sendbuff and recvbuff; NULL otherwise. */
   const void* device_send;

@@ -1,5 +1,5 @@
 /* cost_model.c — the α-β-γ model of an allreduce (see cost_model.h). */
-#include "cost_model.h"
+#include "collectives/cost_model.h"
 
 #include <errno.h>
 #include <math.h>
@@ -8,12 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/clock.h"
-#include "../common/env.h"
-#include "../common/log.h"
-#include "../common/reduce.h"
-#include "../common/result.h"
-#include "../compress/compressor.h"
+#include "common/clock.h"
+#include "common/env.h"
+#include "common/log.h"
+#include "common/reduce.h"
+#include "common/result.h"
+#include "compress/compressor.h"
+#include "compress/decode.h"
 
 #define DEFAULT_INTER_GBPS 10.0 /* Gbit/s */
 #define DEFAULT_INTER_US 20.0
@@ -112,8 +113,10 @@ static void fill_gaussian(float* x, size_t n) {
 }
 
 static gcclResult_t measure_codec(const char* spec_text, struct cost_codec* out) {
-  gcclCompressor_t c = NULL;
-  GCCL_CHECK(gcclCompressorCreate(&c, spec_text, MEASURE_COUNT, gcclFloat32));
+  struct codec_spec spec;
+  GCCL_CHECK(spec_parse(spec_text, &spec));
+  struct gcclCompressor* c = NULL;
+  GCCL_CHECK(compressor_create(&c, &spec, MEASURE_COUNT, gcclFloat32));
   gcclResult_t res = gcclSuccess;
   size_t cap = compressor_bound_f32(c, MEASURE_COUNT);
   float* src = malloc(MEASURE_COUNT * sizeof *src);
@@ -150,7 +153,7 @@ done:
   free(src);
   free(sum);
   free(frame);
-  gcclCompressorDestroy(c);
+  compressor_destroy(c);
   return res;
 }
 

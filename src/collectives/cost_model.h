@@ -51,10 +51,12 @@ struct cost_codec {
  * the dense reduction rate (measured on the first call in the process). */
 void cost_model_init(struct cost_model* m, int nranks, int local_size);
 
-/* The rates of `spec` (canonical text spec_text), measured on the first call for
- * that spec in the process and cached: encode and decode-accumulate of a 1 Mi-
- * element fp32 buffer, best of a few repetitions. Callers of one process get the
- * same numbers. Errors: gcclSystemError (out of memory), the codec's own. */
+/* The rates of the spec whose canonical text is spec_text (one that a compressor
+ * of fp32 accepts: the drop-in's, checked when it was made), measured on the
+ * first call for that spec in the process and cached: encode and decode-
+ * accumulate of a 1 Mi-element fp32 buffer, best of a few repetitions. Callers of
+ * one process get the same numbers. Errors: gcclSystemError (out of memory), the
+ * codec's own. */
 gcclResult_t cost_codec_measure(const char* spec_text, struct cost_codec* out);
 
 /* Predicted seconds of an allreduce of `count` elements of `elem_bytes` bytes:

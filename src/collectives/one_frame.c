@@ -1,14 +1,15 @@
 /* one_frame.c — the steps of the one-frame schedules that touch the caller's
  * buffers (coll.h): on the CPU from sendbuff into recvbuff, or, for a call that
- * device_execute gave the GPU (core/device.h), from and into the caller's device
+ * device_execute gave the GPU (device/device.h), from and into the caller's device
  * buffers. Both make the same frames and the same output bits. */
 #include <string.h>
 
-#include "../common/dtype.h"
-#include "../common/result.h"
-#include "../compress/compressor.h"
-#include "../core/device.h"
-#include "coll.h"
+#include "collectives/coll.h"
+#include "common/dtype.h"
+#include "common/result.h"
+#include "compress/compressor.h"
+#include "compress/decode.h"
+#include "device/device.h"
 
 gcclResult_t coll_encode_input(const struct coll_args* a, void* frame, size_t cap, size_t* frame_bytes) {
   if (a->device_send) return device_encode_input(a, frame, cap, frame_bytes);

@@ -39,10 +39,11 @@
  * chunk only in the allgather. Empty chunks and segments (count < p K) are
  * neither encoded nor sent: both sides know the lengths. */
 
-#include "../common/dtype.h"
-#include "../common/result.h"
-#include "../compress/compressor.h"
-#include "coll.h"
+#include "collectives/coll.h"
+#include "common/dtype.h"
+#include "common/result.h"
+#include "compress/compressor.h"
+#include "compress/decode.h"
 
 /* 1 MiB of fp32 per segment: on the 1 Gbit/s test bed (fp16, 4 ranks), 16 MiB
  * tensors ran 8% faster in 4 segments a chunk than in 1 (BENCHMARKS.md). */

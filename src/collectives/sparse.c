@@ -48,19 +48,20 @@
  * keeps the dropped mass of its own range.
  *
  * In place: sendbuff is read only by the encode, before anything is written. */
-#include "sparse.h"
+#include "collectives/sparse.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/dtype.h"
-#include "../common/result.h"
-#include "../compress/codec_util.h"
-#include "../compress/compressor.h"
-#include "../compress/frame.h"
-#include "../compress/frames_sum.h"
-#include "../compress/index_code.h"
-#include "../compress/topk.h"
+#include "common/dtype.h"
+#include "common/result.h"
+#include "compress/codec_util.h"
+#include "compress/compressor.h"
+#include "compress/decode.h"
+#include "compress/frame.h"
+#include "compress/frames_sum.h"
+#include "compress/index_code.h"
+#include "compress/topk.h"
 
 #define RANGE_SPARSE 0x53505347u /* "GSPS" */
 #define RANGE_DENSE 0x44505347u  /* "GSPD" */

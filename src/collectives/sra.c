@@ -63,10 +63,11 @@
  * whole input as its frame. Chunks or slots of 0 elements are not sent: both sides know
  * the lengths. */
 
-#include "../common/dtype.h"
-#include "../common/result.h"
-#include "../compress/compressor.h"
-#include "coll.h"
+#include "collectives/coll.h"
+#include "common/dtype.h"
+#include "common/result.h"
+#include "compress/compressor.h"
+#include "compress/decode.h"
 
 /* The workspace of one call: per-peer request handles and received sizes, frame
  * slots of `slot` bytes, and fp32 areas. */

@@ -1,5 +1,7 @@
-/* compressor.c — drives a codec: builds its fp32 input with error feedback,
- * appends the exceptions list, seals the frame, and commits the residual. */
+/* compressor.c — a compressor's life: made for one tensor shape, it drives its
+ * codec (builds the fp32 input with error feedback, appends the exceptions list,
+ * seals the frame), stages the new residual and commits or forgets it, and is
+ * freed with its GPU twin. */
 #include "compress/compressor.h"
 
 #include <stdlib.h>
@@ -8,6 +10,7 @@
 #include "common/arena.h"
 #include "common/copy.h"
 #include "common/dtype.h"
+#include "common/log.h"
 #include "common/result.h"
 #include "compress/codec_util.h"
 #include "compress/crc32c.h"
@@ -56,6 +59,105 @@ size_t compressor_bound_nonfinite(const struct gcclCompressor* c, size_t n, size
   if (nonfinite > (bound - frame) / entry) return bound;
   return frame + nonfinite * entry;
 }
+
+/* ---- creation and destruction ------------------------------------------------ */
+
+gcclResult_t compressor_create(struct gcclCompressor** out, const struct codec_spec* spec, size_t count,
+                               gcclDataType_t dt) {
+  *out = NULL;
+  struct gcclCompressor* c = calloc(1, sizeof *c);
+  /* gcclCompressorCreate's message: users meet this failure through it. */
+  if (c == NULL) return err_set(gcclSystemError, "gcclCompressorCreate: out of memory");
+  gcclResult_t res;
+  c->spec = *spec;
+  c->ops = codec_ops_for(spec->codec);
+  c->count = count;
+  c->dt = dt;
+  GCCL_CHECK_GOTO(spec_format(&c->spec, c->spec_text, sizeof c->spec_text), res, fail);
+  /* work holds the fp32 input of the codec (and the staged residual) unless the
+   * caller's fp32 buffer can be read directly. */
+  if (spec->ef || (spec->codec != CODEC_NONE && dt != gcclFloat32))
+    GCCL_CHECK_GOTO(arena_alloc((void**)&c->work, count * sizeof(float)), res, fail);
+  if (spec->ef) GCCL_CHECK_GOTO(arena_alloc((void**)&c->residual, count * sizeof(float)), res, fail);
+  if (c->ops->state_create) GCCL_CHECK_GOTO(c->ops->state_create(&c->spec, count, &c->state), res, fail);
+  c->bound = compressor_bound(c, count);
+  GCCL_INFO(LOG_INIT, "compressor %s for %zu %s: frames of at most %zu bytes", c->spec_text, count, dtype_name(dt),
+            c->bound);
+  *out = c;
+  return gcclSuccess;
+fail:
+  compressor_destroy(c);
+  return res;
+}
+
+void compressor_release(struct gcclCompressor* c) {
+  if (c->device) c->twin_ops->destroy(c->device);
+  c->device = NULL;
+  if (c->state) c->ops->state_destroy(c->state);
+  arena_free(c->work, c->count * sizeof(float));
+  arena_free(c->residual, c->count * sizeof(float));
+  arena_free(c->tmp, c->count * sizeof(float));
+  free(c->exc.idx);
+}
+
+void compressor_destroy(struct gcclCompressor* c) {
+  if (c == NULL) return;
+  compressor_release(c);
+  free(c);
+}
+
+/* ---- the residual, in the tensor's dtype ------------------------------------- */
+
+void compressor_get_residual(const struct gcclCompressor* c, void* out) {
+  if (!c->spec.ef) { /* no error feedback: the residual is zero */
+    if (c->count) memset(out, 0, c->count * dtype_size(c->dt));
+    return;
+  }
+  for (size_t i = 0; i < c->count; i++) {
+    float r = c->residual[i];
+    switch (c->dt) {
+      case gcclFloat32:
+        ((float*)out)[i] = r;
+        break;
+      case gcclFloat64:
+        ((double*)out)[i] = r;
+        break;
+      case gcclFloat16:
+        ((uint16_t*)out)[i] = float_to_half(r);
+        break;
+      default:
+        ((uint16_t*)out)[i] = float_to_bf16(r);
+        break;
+    }
+  }
+}
+
+size_t compressor_set_residual(struct gcclCompressor* c, const void* in) {
+  /* Converted into work first, so a rejected input changes nothing. */
+  for (size_t i = 0; i < c->count; i++) {
+    float r;
+    switch (c->dt) {
+      case gcclFloat32:
+        r = ((const float*)in)[i];
+        break;
+      case gcclFloat64:
+        r = (float)((const double*)in)[i];
+        break;
+      case gcclFloat16:
+        r = half_to_float(((const uint16_t*)in)[i]);
+        break;
+      default:
+        r = bf16_to_float(((const uint16_t*)in)[i]);
+        break;
+    }
+    if (!f32_finite(r)) return i;
+    c->work[i] = r;
+  }
+  if (c->count) memcpy(c->residual, c->work, c->count * sizeof(float));
+  return c->count;
+}
+
+/* ---- encoding ---------------------------------------------------------------- */
 
 /* x[i] = float(src[i]) (+ residual[i]): the codec's input. */
 static void build_input(float* x, const void* src, const float* residual, size_t n, gcclDataType_t dt) {
@@ -162,6 +264,19 @@ gcclResult_t compressor_encode_part(struct gcclCompressor* c, const void* src, s
   }
   GCCL_CHECK(frame_header_write(frame, cap, &h));
   return frame_total_bytes(&h, frame_bytes);
+}
+
+gcclResult_t compressor_encode(struct gcclCompressor* c, const void* src, void* frame, size_t cap,
+                               size_t* frame_bytes) {
+  size_t fb = 0;
+  gcclResult_t res = compressor_encode_part(c, src, 0, c->count, frame, cap, &fb);
+  if (res == gcclSuccess) res = compressor_commit(c);
+  if (res != gcclSuccess) {
+    compressor_abort(c);
+    return res;
+  }
+  *frame_bytes = fb;
+  return gcclSuccess;
 }
 
 /* ---- for the compressed collectives ------------------------------------------ */
@@ -299,8 +414,13 @@ gcclResult_t compressor_stage_keep(struct gcclCompressor* c, size_t first, size_
   return gcclSuccess;
 }
 
+/* ---- commit or abort --------------------------------------------------------- */
+
 gcclResult_t compressor_commit(struct gcclCompressor* c) {
-  if (c->spec.ef) {
+  if (c->encode_on_twin) { /* the twin staged this call's residual, on the device */
+    c->twin_ops->commit(c->device);
+    c->encode_on_twin = 0;
+  } else if (c->spec.ef) {
     if (c->staged != c->count)
       return err_set(gcclInternalError, "commit after encoding %zu of %zu elements", c->staged, c->count);
     float* t = c->residual;
@@ -313,5 +433,7 @@ gcclResult_t compressor_commit(struct gcclCompressor* c) {
 }
 
 void compressor_abort(struct gcclCompressor* c) {
+  if (c->encode_on_twin && c->device) c->twin_ops->abort(c->device);
+  c->encode_on_twin = 0;
   c->staged = 0;
 }

@@ -1,4 +1,7 @@
-/* compressor.h — a codec bound to one tensor shape, with its error-feedback state. */
+/* compressor.h — a codec bound to one tensor shape, with its error-feedback state:
+ * the compressor's whole life, from create to destroy. The public gcclCompressor*
+ * functions (core/compress_api.c) check their arguments and call these; inside
+ * the library, compressors are made and driven here directly. */
 #ifndef GCCL_COMPRESS_COMPRESSOR_H
 #define GCCL_COMPRESS_COMPRESSOR_H
 
@@ -9,7 +12,21 @@
 #include "compress/spec.h"
 #include "gccl.h"
 
+/* Counts beyond this are refused (gcclCompressorCreate checks): it keeps every
+ * size computed from a count (residual, frames, index sections) far from
+ * overflowing size_t. */
+#define COMPRESSOR_MAX_COUNT (SIZE_MAX / 64)
+
 struct gpu_compressor; /* cuda/gpu_compressor.h */
+
+/* What a compressor does with its GPU twin. src/device makes the twin and hands
+ * these over with it, so that commit, abort and destroy below reach the twin
+ * without compress knowing CUDA. */
+struct compressor_twin_ops {
+  void (*commit)(struct gpu_compressor* twin); /* the twin's staged residual becomes current */
+  void (*abort)(struct gpu_compressor* twin);  /* the twin forgets it */
+  void (*destroy)(struct gpu_compressor* twin);
+};
 
 /* What gcclCompressor_t points to. One thread uses a compressor at a time (like
  * a communicator); distinct compressors are independent. */
@@ -32,17 +49,54 @@ struct gcclCompressor {
   struct exc_list exc;
   void* state; /* codec scratch */
   float* tmp;  /* count fp32, made on the first collective that needs it (encode_f32) */
-  /* CUDA builds: the GPU twin that encodes device tensors (core/device.h), made
-   * on first use, and whether the current residual is the twin's (on the device). */
+  /* CUDA builds: the GPU twin that encodes device tensors (device/device.h), made
+   * on first use with its twin_ops, and whether the current residual is the
+   * twin's (on the device). encode_on_twin: the call under way encodes on the
+   * twin, which stages its residual there (set by src/device before the call
+   * encodes; compressor_commit and compressor_abort act on the twin then, and
+   * clear it). */
   struct gpu_compressor* device;
+  const struct compressor_twin_ops* twin_ops;
   int residual_on_device;
+  int encode_on_twin;
 };
+
+/* Makes a compressor of `spec` (parsed and checked: spec_parse, a float dtype
+ * unless the codec is none, zstd only in builds with it) for count elements
+ * (at most COMPRESSOR_MAX_COUNT) of dt. Its residual starts at zero and its call
+ * number at 0. gcclSystemError when out of memory; *out is NULL on error. */
+gcclResult_t compressor_create(struct gcclCompressor** out, const struct codec_spec* spec, size_t count,
+                               gcclDataType_t dt);
+
+/* Frees c, its GPU twin included. NULL is allowed. */
+void compressor_destroy(struct gcclCompressor* c);
+
+/* Frees what c holds, its GPU twin included, but not c itself, which stays for
+ * the caller to free(): gcclCompressorDestroy hands it to the handle quarantine
+ * (core/handles.h), so that a stale handle never names a newer compressor. */
+void compressor_release(struct gcclCompressor* c);
+
+/* The residual, converted to the compressor's dtype, into out (count elements);
+ * zeros without error feedback. Reads the host residual: one the twin holds must
+ * be brought back first (device_residual_to_host). */
+void compressor_get_residual(const struct gcclCompressor* c, void* out);
+
+/* Makes in (count elements of the compressor's dtype, converted to fp32) the
+ * residual of a compressor with error feedback. Returns count, or the index of
+ * the first element that is not finite in fp32 (then nothing changes). The twin's
+ * residual, if current, must have been brought back first (device_residual_to_host). */
+size_t compressor_set_residual(struct gcclCompressor* c, const void* in);
 
 /* Largest frame for n elements of the compressor's spec and dtype. */
 size_t compressor_bound(const struct gcclCompressor* c, size_t n);
 
 /* Largest frame for n elements of which at most nonfinite are inf or NaN. */
 size_t compressor_bound_nonfinite(const struct gcclCompressor* c, size_t n, size_t nonfinite);
+
+/* gcclEncode of host buffers: the whole tensor into one frame in frame[0, cap),
+ * then commit. On error the residual and call number stay as they were (abort).
+ * Errors as compressor_encode_part's. */
+gcclResult_t compressor_encode(struct gcclCompressor* c, const void* src, void* frame, size_t cap, size_t* frame_bytes);
 
 /* Encodes elements [first, first + n) of the tensor — src points at element
  * `first` — into one frame of count n, in frame[0, cap). With error feedback the
@@ -56,10 +110,12 @@ gcclResult_t compressor_encode_part(struct gcclCompressor* c, const void* src, s
 
 /* Makes the staged residual current and advances the call number. With error
  * feedback the parts staged since the last commit must cover the tensor exactly
- * once (gcclInternalError otherwise, and nothing changes). */
+ * once (gcclInternalError otherwise, and nothing changes). A call that encoded
+ * on the GPU twin (encode_on_twin) commits the twin's staged residual instead. */
 gcclResult_t compressor_commit(struct gcclCompressor* c);
 
-/* Forgets staged parts: the residual and call number stay as they were. */
+/* Forgets staged parts, the twin's too: the residual and call number stay as
+ * they were. */
 void compressor_abort(struct gcclCompressor* c);
 
 /* ---- for the compressed collectives (src/collectives/) ----------------------
@@ -95,37 +151,5 @@ gcclResult_t compressor_accumulate_exact(struct gcclCompressor* c, const void* s
 
 /* Stages the current residual unchanged for a range this rank does not encode. */
 gcclResult_t compressor_stage_keep(struct gcclCompressor* c, size_t first, size_t n);
-
-/* Validates a whole frame (header, CRC, payload, exceptions list) for a tensor
- * of count elements of dt and fills *h; gcclCorruptData on any inconsistency.
- * What frame_decode_accumulate checks first; the GPU decoder checks with it
- * before it copies a frame to the device. */
-gcclResult_t frame_check(const void* frame, size_t frame_bytes, size_t count, gcclDataType_t dt,
-                         struct frame_header* h);
-
-/* The codec-agnostic decoder: validates the whole frame (header, CRC, payload,
- * exceptions) and only then adds it into dst (count elements of dt).
- * gcclCorruptData on any inconsistency, dst untouched. */
-gcclResult_t frame_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count, gcclDataType_t dt);
-
-/* The accumulate half of frame_decode_accumulate, for a frame that frame_check
- * accepted (for dt) and whose header it filled in *h. */
-gcclResult_t frame_accumulate_checked(const struct frame_header* h, const void* frame, void* dst, gcclDataType_t dt);
-
-/* Ranges of a checked fp32 frame: elements [from, from + len) decoded into
- * dst[0, len), added (store = 0) or written as 0.0f + decoded (store = 1): the
- * bits that decoding the whole frame gives there. from is a multiple of
- * frame_range_granule(h), and so is len unless the range ends the tensor. The
- * granule is 0 for frames that cannot be decoded by ranges (top-k, random-k,
- * qsgd, terngrad, none), 1 for raw frames and fp16/bf16, else the bucket. */
-size_t frame_range_granule(const struct frame_header* h);
-gcclResult_t frame_decode_range(const struct frame_header* h, const void* frame, size_t from, size_t len, float* dst,
-                                int store);
-
-/* Writes an fp32 frame's n decoded elements to out (dtype dt): straight into out
- * when dt is fp32, else decoded into the fp32 area `stage` and rounded once by
- * f32_store, so every collective rounds its outputs alike. */
-gcclResult_t frame_decode_f32_to(const void* frame, size_t frame_bytes, void* out, gcclDataType_t dt, size_t n,
-                                 float* stage);
 
 #endif

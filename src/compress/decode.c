@@ -1,11 +1,12 @@
 /* decode.c — the codec-agnostic decoder: validate everything, then accumulate. */
+#include "compress/decode.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/dtype.h"
 #include "common/result.h"
 #include "compress/codec_util.h"
-#include "compress/compressor.h"
 
 /* dst[i] += the raw exception value (a dtype element at v), in dtype arithmetic
  * (halves through fp32, rounded once), so inf and NaN land as they were sent. */

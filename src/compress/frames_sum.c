@@ -22,7 +22,7 @@
 #include "common/copy.h"
 #include "common/result.h"
 #include "compress/codec_util.h"
-#include "compress/compressor.h"
+#include "compress/decode.h"
 #include "compress/frame.h"
 #include "compress/topk.h"
 

@@ -1,5 +1,5 @@
 /* comm.c — communicators: creation, destruction, abort, queries, errors. */
-#include "comm.h"
+#include "core/comm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,16 +7,16 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "../common/arena.h"
-#include "../common/dtype.h"
-#include "../common/env.h"
-#include "../common/log.h"
-#include "../common/result.h"
-#include "../compress/compressor.h"
-#include "../transport/local.h"
-#include "../transport/sim.h"
-#include "device.h"
-#include "dropin.h"
+#include "common/arena.h"
+#include "common/dtype.h"
+#include "common/env.h"
+#include "common/log.h"
+#include "common/result.h"
+#include "compress/compressor.h"
+#include "core/dropin.h"
+#include "device/device.h"
+#include "transport/local.h"
+#include "transport/sim.h"
 
 #define DEFAULT_TIMEOUT_MS 300000
 /* Thread ranks: each is a thread of this process, and the local transport keeps a
@@ -283,7 +283,10 @@ enum coll_algo comm_choose_algo(gcclComm_t comm, const struct coll_args* a) {
 }
 
 gcclResult_t comm_execute(gcclComm_t comm, const struct coll_args* call) {
-  if (call->device) return comm_fail(comm, device_execute(&comm->device_stage, comm, call, comm_execute));
+  if (call->device) { /* staged through pinned host memory: device_execute calls back with host buffers */
+    enum coll_algo algo = comm_choose_algo(comm, call);
+    return comm_fail(comm, device_execute(&comm->device_stage, &comm->ctx, call, algo, comm, comm_execute));
+  }
   log_set_rank(comm->rank);
   struct transport* tp = comm->tp;
   /* Checked at the call too; again here, since stream and group work runs later. */
@@ -311,13 +314,11 @@ gcclResult_t comm_execute(gcclComm_t comm, const struct coll_args* call) {
      * A rank that failed aborts the transport, so the others leave this barrier
      * with its error. The direct algorithms end in a barrier already. */
     if (res == gcclSuccess && algo != ALGO_DIRECT) res = tp->ops->barrier(tp);
-    if (res == gcclSuccess && a->comp)
-      res = a->device_send ? device_commit_encode(a->comp) : compressor_commit(a->comp);
+    if (res == gcclSuccess && a->comp) res = compressor_commit(a->comp); /* the host's or the GPU twin's residual */
     /* Peers are mid-collective: a local failure must not leave them waiting. */
     if (res != gcclSuccess) tp->ops->abort(tp, res);
   }
   if (res != gcclSuccess) {
-    if (a->comp && a->device_send) device_abort_encode(a->comp);
     if (a->comp) compressor_abort(a->comp); /* the residual stays as it was */
     tp->ops->cancel_all(tp);
     gcclResult_t why = tp->ops->broken(tp);

@@ -28,7 +28,7 @@ struct gcclComm {
   int pending;         /* collectives queued or running, not yet finished */
   char last_error[512];
   struct gcclStream* group_stream;   /* runs this comm's NULL-stream work of a group */
-  struct device_stage* device_stage; /* pinned host buffers for device-buffer calls (device.h) */
+  struct device_stage* device_stage; /* pinned host buffers for device-buffer calls (device/device.h) */
   struct fault_config* faults;       /* GCCL_FAULT, parsed; NULL when unset */
 };
 
@@ -68,6 +68,24 @@ gcclResult_t argcheck_collective(gcclComm_t comm, const struct coll_args* a, con
 /* Launches a checked collective: recorded in an open group, queued on a stream, or
  * executed now (enqueue.c). */
 gcclResult_t enqueue_collective(gcclComm_t comm, const struct coll_args* args, gcclStream_t stream);
+
+/* Compressors that are live gcclCompressor_t handles (compress_api.c): the
+ * public ones, and the GCCL_COMPRESS table's, which reach the public calls
+ * (gcclAllReduceCompressed, and users through dropin_compressor_for). Create
+ * checks spec, count and dt as gcclCompressorCreate does (its messages), then
+ * makes the compressor (compressor_create) and registers it; *out is unchanged
+ * on error. Destroy frees it, its memory through the handle quarantine. */
+gcclResult_t compressor_handle_create(gcclCompressor_t* out, const char* spec, size_t count, gcclDataType_t dt);
+void compressor_handle_destroy(gcclCompressor_t c);
+
+/* gcclEncode and gcclDecodeAccumulate, their argument checks included, for any
+ * buffers (compress_api.c): device ones are ordered on CUDA stream cuda_stream
+ * (NULL: the legacy default stream), and both return when the work is done. fn
+ * names the public function in messages (cuda_api.c's stream variants too). */
+gcclResult_t codec_encode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frameBytes,
+                          void* cuda_stream, const char* fn);
+gcclResult_t codec_decode_accumulate(const void* frame, size_t frameBytes, void* dst, size_t count, gcclDataType_t dt,
+                                     void* cuda_stream, const char* fn);
 
 /* Streams (stream.c). */
 gcclResult_t stream_push(gcclStream_t s, gcclComm_t comm, const struct coll_args* args);

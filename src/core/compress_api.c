@@ -1,21 +1,14 @@
-/* compress_api.c — the public compressor and codec entry points: argument checks,
- * then the compressor (src/compress/compressor.c) and decoder (decode.c). */
+/* compress_api.c — the public compressor and codec entry points: each checks its
+ * arguments, then calls the compressor (compress/compressor.h), the decoder
+ * (compress/decode.h) or, for device buffers, the device seam (device/device.h). */
 #include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "../common/arena.h"
-#include "../common/dtype.h"
-#include "../common/log.h"
-#include "../common/result.h"
-#include "../compress/codec_util.h"
-#include "../compress/compressor.h"
-#include "comm.h"
-#include "device.h"
-
-/* Counts beyond this are refused: it keeps every size computed from a count
- * (residual, frames, index sections) far from overflowing size_t. */
-#define COMPRESSOR_MAX_COUNT (SIZE_MAX / 64)
+#include "common/dtype.h"
+#include "common/result.h"
+#include "compress/compressor.h"
+#include "compress/decode.h"
+#include "core/comm.h"
+#include "device/device.h"
 
 /* c must be a live compressor: NULL, destroyed and made-up handles are refused
  * before anything reads through them. */
@@ -27,25 +20,12 @@ static gcclResult_t check_compressor(gcclCompressor_t c, const char* fn) {
   return gcclSuccess;
 }
 
-static void compressor_free(struct gcclCompressor* c) {
-  device_compressor_free(c);
-  if (c->state) c->ops->state_destroy(c->state);
-  arena_free(c->work, c->count * sizeof(float));
-  arena_free(c->residual, c->count * sizeof(float));
-  arena_free(c->tmp, c->count * sizeof(float));
-  free(c->exc.idx);
-  handle_retire(HANDLE_COMPRESSOR, c);
-}
-
 static int ranges_overlap(const void* a, size_t abytes, const void* b, size_t bbytes) {
   uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
   return abytes && bbytes && x < y + bbytes && y < x + abytes;
 }
 
-gcclResult_t gcclCompressorCreate(gcclCompressor_t* out, const char* spec, size_t count, gcclDataType_t dt) {
-  if (out == NULL) return err_set(gcclInvalidArgument, "gcclCompressorCreate: compressor pointer is NULL");
-  *out = NULL;
-  if (spec == NULL) return err_set(gcclInvalidArgument, "gcclCompressorCreate: spec is NULL");
+gcclResult_t compressor_handle_create(gcclCompressor_t* out, const char* spec, size_t count, gcclDataType_t dt) {
   if ((unsigned)dt >= gcclNumTypes)
     return err_set(gcclInvalidArgument, "gcclCompressorCreate: invalid datatype %d", dt);
   if (count > COMPRESSOR_MAX_COUNT)
@@ -62,35 +42,32 @@ gcclResult_t gcclCompressorCreate(gcclCompressor_t* out, const char* spec, size_
     return err_set(gcclInvalidArgument,
                    "gcclCompressorCreate: spec \"%s\" asks for zstd, but gccl was built without it", spec);
 #endif
-
-  struct gcclCompressor* c = calloc(1, sizeof *c);
-  if (c == NULL) return err_set(gcclSystemError, "gcclCompressorCreate: out of memory");
-  gcclResult_t res;
-  c->spec = s;
-  c->ops = codec_ops_for(s.codec);
-  c->count = count;
-  c->dt = dt;
-  GCCL_CHECK_GOTO(spec_format(&s, c->spec_text, sizeof c->spec_text), res, fail);
-  /* work holds the fp32 input of the codec (and the staged residual) unless the
-   * caller's fp32 buffer can be read directly. */
-  if (s.ef || (s.codec != CODEC_NONE && dt != gcclFloat32))
-    GCCL_CHECK_GOTO(arena_alloc((void**)&c->work, count * sizeof(float)), res, fail);
-  if (s.ef) GCCL_CHECK_GOTO(arena_alloc((void**)&c->residual, count * sizeof(float)), res, fail);
-  if (c->ops->state_create) GCCL_CHECK_GOTO(c->ops->state_create(&c->spec, count, &c->state), res, fail);
-  c->bound = compressor_bound(c, count);
-  GCCL_CHECK_GOTO(handle_add(HANDLE_COMPRESSOR, c), res, fail);
-  GCCL_INFO(LOG_INIT, "compressor %s for %zu %s: frames of at most %zu bytes", c->spec_text, count, dtype_name(dt),
-            c->bound);
+  struct gcclCompressor* c;
+  GCCL_CHECK(compressor_create(&c, &s, count, dt));
+  gcclResult_t res = handle_add(HANDLE_COMPRESSOR, c);
+  if (res != gcclSuccess) {
+    compressor_destroy(c);
+    return res;
+  }
   *out = c;
   return gcclSuccess;
-fail:
-  compressor_free(c);
-  return res;
+}
+
+void compressor_handle_destroy(gcclCompressor_t c) {
+  compressor_release(c);
+  handle_retire(HANDLE_COMPRESSOR, c); /* frees c once it leaves the quarantine */
+}
+
+gcclResult_t gcclCompressorCreate(gcclCompressor_t* out, const char* spec, size_t count, gcclDataType_t dt) {
+  if (out == NULL) return err_set(gcclInvalidArgument, "gcclCompressorCreate: compressor pointer is NULL");
+  *out = NULL;
+  if (spec == NULL) return err_set(gcclInvalidArgument, "gcclCompressorCreate: spec is NULL");
+  return compressor_handle_create(out, spec, count, dt);
 }
 
 gcclResult_t gcclCompressorDestroy(gcclCompressor_t c) {
   GCCL_CHECK(check_compressor(c, "gcclCompressorDestroy"));
-  compressor_free(c);
+  compressor_handle_destroy(c);
   return gcclSuccess;
 }
 
@@ -102,27 +79,7 @@ gcclResult_t gcclCompressorGetResidual(gcclCompressor_t c, void* out) {
     return err_set(gcclInvalidArgument, "gcclCompressorGetResidual: out is not aligned to %zu bytes", es);
   if (c->count == 0) return gcclSuccess;
   GCCL_CHECK(device_residual_to_host(c));
-  if (!c->spec.ef) { /* no error feedback: the residual is zero */
-    memset(out, 0, c->count * es);
-    return gcclSuccess;
-  }
-  for (size_t i = 0; i < c->count; i++) {
-    float r = c->residual[i];
-    switch (c->dt) {
-      case gcclFloat32:
-        ((float*)out)[i] = r;
-        break;
-      case gcclFloat64:
-        ((double*)out)[i] = r;
-        break;
-      case gcclFloat16:
-        ((uint16_t*)out)[i] = float_to_half(r);
-        break;
-      default:
-        ((uint16_t*)out)[i] = float_to_bf16(r);
-        break;
-    }
-  }
+  compressor_get_residual(c, out);
   return gcclSuccess;
 }
 
@@ -135,28 +92,9 @@ gcclResult_t gcclCompressorSetResidual(gcclCompressor_t c, const void* in) {
   if (!c->spec.ef)
     return err_set(gcclInvalidUsage, "gcclCompressorSetResidual: compressor %s keeps no residual (ef=0)", c->spec_text);
   GCCL_CHECK(device_residual_to_host(c)); /* the host copy becomes the current one */
-  /* Convert into work first, so a rejected input changes nothing. */
-  for (size_t i = 0; i < c->count; i++) {
-    float r;
-    switch (c->dt) {
-      case gcclFloat32:
-        r = ((const float*)in)[i];
-        break;
-      case gcclFloat64:
-        r = (float)((const double*)in)[i];
-        break;
-      case gcclFloat16:
-        r = half_to_float(((const uint16_t*)in)[i]);
-        break;
-      default:
-        r = bf16_to_float(((const uint16_t*)in)[i]);
-        break;
-    }
-    if (!f32_finite(r))
-      return err_set(gcclInvalidArgument, "gcclCompressorSetResidual: element %zu is not finite in fp32", i);
-    c->work[i] = r;
-  }
-  if (c->count) memcpy(c->residual, c->work, c->count * sizeof(float));
+  size_t bad = compressor_set_residual(c, in);
+  if (bad < c->count)
+    return err_set(gcclInvalidArgument, "gcclCompressorSetResidual: element %zu is not finite in fp32", bad);
   return gcclSuccess;
 }
 
@@ -188,23 +126,15 @@ gcclResult_t codec_encode(gcclCompressor_t c, const void* src, void* frame, size
   if (device_is_pointer(src) || device_is_pointer(frame))
     return err_prefix(device_encode(c, src, frame, cap, frameBytes, cuda_stream), fn);
   GCCL_CHECK(device_residual_to_host(c));
-  size_t fb = 0;
-  gcclResult_t res = compressor_encode_part(c, src, 0, c->count, frame, cap, &fb);
-  if (res == gcclSuccess) res = compressor_commit(c);
-  if (res != gcclSuccess) {
-    compressor_abort(c);
-    return res;
-  }
-  *frameBytes = fb;
-  return gcclSuccess;
+  return compressor_encode(c, src, frame, cap, frameBytes);
 }
 
 gcclResult_t gcclEncode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frameBytes) {
   return codec_encode(c, src, frame, cap, frameBytes, NULL, "gcclEncode");
 }
 
-gcclResult_t codec_decode_accumulate(const void* frame, size_t frameBytes, void* dst, size_t count,
-                                     gcclDataType_t dt, void* cuda_stream, const char* fn) {
+gcclResult_t codec_decode_accumulate(const void* frame, size_t frameBytes, void* dst, size_t count, gcclDataType_t dt,
+                                     void* cuda_stream, const char* fn) {
   if (frame == NULL) return err_set(gcclInvalidArgument, "%s: frame is NULL", fn);
   if ((unsigned)dt >= gcclNumTypes) return err_set(gcclInvalidArgument, "%s: invalid datatype %d", fn, dt);
   size_t es = dtype_size(dt);

@@ -1,19 +1,19 @@
 /* dropin.c — GCCL_COMPRESS: which plain allreduce calls run compressed, and the
  * bounded table of their error-feedback state (see dropin.h). */
-#include "dropin.h"
+#include "core/dropin.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../collectives/cost_model.h"
-#include "../common/dtype.h"
-#include "../common/env.h"
-#include "../common/log.h"
-#include "../common/result.h"
-#include "../compress/compressor.h"
-#include "comm.h"
+#include "collectives/cost_model.h"
+#include "common/dtype.h"
+#include "common/env.h"
+#include "common/log.h"
+#include "common/result.h"
+#include "compress/compressor.h"
+#include "core/comm.h"
 
 struct dropin_entry {
   const void* buf; /* the key: send buffer, count, datatype */
@@ -50,14 +50,14 @@ gcclResult_t dropin_create(struct dropin** out, int nranks, int local_size) {
   /* A compressor of no elements checks everything a real one will need (the
    * spec, zstd support) at no cost, and gives the canonical text. */
   gcclCompressor_t probe;
-  if (gcclCompressorCreate(&probe, spec, 0, gcclFloat32) != gcclSuccess) {
+  if (compressor_handle_create(&probe, spec, 0, gcclFloat32) != gcclSuccess) {
     GCCL_WARN("ignoring GCCL_COMPRESS=%s: %s; allreduce stays dense", env, err_last());
     return gcclSuccess;
   }
   struct codec_spec parsed = probe->spec;
   char text[SPEC_FORMAT_MAX];
   snprintf(text, sizeof text, "%s", probe->spec_text);
-  gcclCompressorDestroy(probe);
+  compressor_handle_destroy(probe);
   if (parsed.codec == CODEC_NONE) {
     GCCL_INFO(LOG_INIT, "GCCL_COMPRESS=%s: codec none, allreduce stays dense", env);
     return gcclSuccess;
@@ -91,7 +91,7 @@ gcclResult_t dropin_create(struct dropin** out, int nranks, int local_size) {
 
 void dropin_destroy(struct dropin* d) {
   if (!d) return;
-  for (size_t i = 0; i < d->entries; i++) gcclCompressorDestroy(d->table[i].comp);
+  for (size_t i = 0; i < d->entries; i++) compressor_handle_destroy(d->table[i].comp);
   free(d->table);
   pthread_mutex_destroy(&d->mu);
   free(d);
@@ -144,7 +144,7 @@ static void trim(struct dropin* d, gcclComm_t comm) {
       if (d->table[i].last_use < d->table[lru].last_use) lru = i;
     GCCL_INFO(LOG_COLL, "AllReduce drop-in: evicting the state of buffer %p (%zu %s)", d->table[lru].buf,
               d->table[lru].count, dtype_name(d->table[lru].dt));
-    gcclCompressorDestroy(d->table[lru].comp);
+    compressor_handle_destroy(d->table[lru].comp);
     d->table[lru] = d->table[--d->entries];
     d->stats.evictions++;
   }
@@ -166,7 +166,7 @@ static gcclResult_t acquire(struct dropin* d, gcclComm_t comm, const struct coll
       d->capacity = cap;
     }
     gcclCompressor_t c;
-    GCCL_CHECK(gcclCompressorCreate(&c, d->spec_text, a->count, a->dt));
+    GCCL_CHECK(compressor_handle_create(&c, d->spec_text, a->count, a->dt));
     e = &d->table[d->entries++];
     *e = (struct dropin_entry){a->sendbuff, a->count, a->dt, c, 0};
   }

@@ -1,7 +1,7 @@
 /* enqueue.c — where a checked collective goes: an open group, a stream, or now. */
-#include "../common/result.h"
-#include "comm.h"
-#include "device.h"
+#include "common/result.h"
+#include "core/comm.h"
+#include "device/device.h"
 
 gcclResult_t enqueue_collective(gcclComm_t comm, const struct coll_args* call, gcclStream_t stream) {
   /* Device buffers are found now, in the caller's thread, and staged when the call runs. */

@@ -11,6 +11,7 @@
 #include "compress/bucket.h"
 #include "compress/codec_util.h"
 #include "compress/compressor.h"
+#include "compress/decode.h"
 #include "compress/frame.h"
 #include "compress/index_code.h"
 #include "compress/rng.h"

@@ -18,6 +18,7 @@
 extern "C" {
 #include "common/dtype.h"
 #include "compress/compressor.h"
+#include "compress/decode.h"
 }
 
 namespace {

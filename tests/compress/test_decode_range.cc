@@ -15,7 +15,7 @@
 #include "codec_cases.h"
 
 extern "C" {
-#include "compress/compressor.h"
+#include "compress/decode.h"
 #include "gccl.h"
 }
 

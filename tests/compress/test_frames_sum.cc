@@ -16,7 +16,7 @@
 #include "codec_cases.h"
 
 extern "C" {
-#include "compress/compressor.h"
+#include "compress/decode.h"
 #include "compress/frames_sum.h"
 #include "gccl.h"
 }

@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "collectives/sparse.h"
-#include "compress/compressor.h"
+#include "compress/decode.h"
 #include "compress/frame.h"
 #include "compress/frames_sum.h"
 #include "fuzz_common.h"

@@ -17,7 +17,7 @@
  * with its stream, and on a pair's stream that could wait for a peer. Every
  * stream is non-blocking, so nothing the caller runs on the legacy default
  * stream waits for a kernel stuck on a peer, nor the other way round. */
-#include "nccl_transport.h"
+#include "cuda/nccl/nccl_transport.h"
 
 #include <cuda_runtime_api.h>
 #include <sched.h>
@@ -29,11 +29,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../common/clock.h"
-#include "../../common/log.h"
-#include "../../common/result.h"
-#include "../device_current.h" /* each operation runs with the NCCL device current */
-#include "nccl_api.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/result.h"
+#include "cuda/nccl/nccl_api.h"
+#include "device/device_current.h" /* each operation runs with the NCCL device current */
 
 #define NT_HEADER_BYTES 8
 /* NCCL 2.28 takes size_t counts; pieces of 1 GiB stay clear of any int-sized

@@ -1,18 +1,17 @@
-/* device_stage.c — device.h with CUDA: device buffers staged through pinned host
- * memory, and gcclStreamCreateCuda. */
+/* device_stage.c — device.h with CUDA: which pointers are device memory, the
+ * device made current for a call (device_current.h), and device buffers staged
+ * through pinned host memory. */
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/dtype.h"
-#include "../common/result.h"
-#include "../core/comm.h"
-#include "../core/device.h"
-#include "cuda/device_current.h"
+#include "common/dtype.h"
+#include "common/result.h"
 #include "cuda/gpu_compressor.h"
-#include "gccl_cuda.h"
+#include "device/device.h"
+#include "device/device_current.h"
 
 struct device_stage {
   unsigned char* host; /* pinned: send part, then receive part */
@@ -97,9 +96,10 @@ static gcclResult_t cuda_fail(cudaError_t e, const char* what) {
 }
 
 /* device_execute on the buffers' device; *ran once run was called. */
-static gcclResult_t stage_and_run(struct device_stage** stage, gcclComm_t comm, const struct coll_args* a,
+static gcclResult_t stage_and_run(struct device_stage** stage, const struct coll_ctx* ctx, const struct coll_args* a,
+                                  enum coll_algo algo, gcclComm_t comm,
                                   gcclResult_t (*run)(gcclComm_t, const struct coll_args*), int* ran) {
-  struct coll_extent ext = coll_extent_of(a, dtype_size(a->dt), comm->rank, comm->nranks);
+  struct coll_extent ext = coll_extent_of(a, dtype_size(a->dt), ctx->rank, ctx->nranks);
   size_t send = ext.send_bytes, recv = ext.recv_bytes;
   struct device_stage* st = *stage;
   if (st == NULL) {
@@ -122,7 +122,7 @@ static gcclResult_t stage_and_run(struct device_stage** stage, gcclComm_t comm, 
   h.device = 0;
   /* Codec work on the GPU: the schedule reads (writes) the device buffer itself,
    * and only frames cross to the host. */
-  unsigned on_gpu = a->comp ? device_codec_path(a, comm_choose_algo(comm, a)) : 0u;
+  unsigned on_gpu = a->comp ? device_codec_path(a, algo) : 0u;
   if (on_gpu & DEVICE_SEND) h.device_send = a->sendbuff;
   if (on_gpu & DEVICE_RECV) h.device_recv = a->recvbuff;
   if (a->device & DEVICE_SEND) {
@@ -145,13 +145,14 @@ static gcclResult_t stage_and_run(struct device_stage** stage, gcclComm_t comm, 
   return gcclSuccess;
 }
 
-gcclResult_t device_execute(struct device_stage** stage, gcclComm_t comm, const struct coll_args* a,
+gcclResult_t device_execute(struct device_stage** stage, const struct coll_ctx* ctx, const struct coll_args* a,
+                            enum coll_algo algo, gcclComm_t comm,
                             gcclResult_t (*run)(gcclComm_t, const struct coll_args*)) {
   int prev = device_enter(pointer_device((a->device & DEVICE_SEND) ? a->sendbuff : a->recvbuff));
   int ran = 0;
-  gcclResult_t res = stage_and_run(stage, comm, a, run, &ran);
+  gcclResult_t res = stage_and_run(stage, ctx, a, algo, comm, run, &ran);
   /* Failed before the collective began: the peers are on their way into it. */
-  if (res != gcclSuccess && !ran) comm->tp->ops->abort(comm->tp, res);
+  if (res != gcclSuccess && !ran) ctx->tp->ops->abort(ctx->tp, res);
   device_leave(prev);
   return res;
 }
@@ -160,17 +161,4 @@ void device_stage_free(struct device_stage* stage) {
   if (stage == NULL) return;
   cudaFreeHost(stage->host);
   free(stage);
-}
-
-gcclResult_t gcclStreamCreateCuda(gcclStream_t* s, cudaStream_t cuda) {
-  GCCL_CHECK(gcclStreamCreate(s));
-  stream_set_cuda(*s, (void*)cuda);
-  return gcclSuccess;
-}
-
-gcclResult_t gcclStreamGetCuda(gcclStream_t s, cudaStream_t* cuda) {
-  if (!stream_valid(s)) return err_set(gcclInvalidArgument, "gcclStreamGetCuda: not a live gcclStream_t");
-  if (cuda == NULL) return err_set(gcclInvalidArgument, "gcclStreamGetCuda: cuda is NULL");
-  *cuda = (cudaStream_t)stream_cuda(s);
-  return gcclSuccess;
 }

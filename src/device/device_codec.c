@@ -2,25 +2,26 @@
  * and the GPU encode inside the one-frame collectives (device.h): the GPU codecs
  * (gpu_compressor.h) behind the public API.
  *
- * A compressor used with a device tensor gets a GPU twin on first use. The twin
- * encodes with the compressor's call number and rank, so its frames are the ones
- * the CPU would have made. The error-feedback residual lives where the last
- * encode ran: it moves to the device before a device encode and back to the host
- * before anything that reads it there (a host encode, a collective that encodes
- * on the CPU, GetResidual, SetResidual), so alternating host and device use gives
- * the host-only results. */
+ * A compressor used with a device tensor gets a GPU twin on first use, which the
+ * compressor then owns: it commits, aborts and frees the twin through twin_ops
+ * (compressor.h). The twin encodes with the compressor's call number and rank,
+ * so its frames are the ones the CPU would have made. The error-feedback
+ * residual lives where the last encode ran: it moves to the device before a
+ * device encode and back to the host before anything that reads it there (a
+ * host encode, a collective that encodes on the CPU, GetResidual, SetResidual),
+ * so alternating host and device use gives the host-only results. */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/dtype.h"
-#include "../common/result.h"
-#include "../core/device.h"
+#include "common/dtype.h"
+#include "common/result.h"
 #include "compress/compressor.h"
+#include "compress/decode.h"
 #include "compress/frame.h"
 #include "cuda/gpu_compressor.h"
-#include "gccl_cuda.h"
+#include "device/device.h"
 
 static gcclResult_t cuda_fail(cudaError_t e, const char* what) {
   return err_set(gcclSystemError, "CUDA: %s failed: %s", what, cudaGetErrorString(e));
@@ -33,9 +34,18 @@ gcclResult_t device_residual_to_host(gcclCompressor_t c) {
   return gcclSuccess;
 }
 
+static const struct compressor_twin_ops twin_ops = {
+    .commit = gpu_compressor_commit,
+    .abort = gpu_compressor_abort,
+    .destroy = gpu_compressor_destroy,
+};
+
 /* The twin made on first use, holding the current residual. */
 static gcclResult_t residual_to_device(gcclCompressor_t c) {
-  if (c->device == NULL) GCCL_CHECK(gpu_compressor_create(&c->device, c->spec_text, c->count, c->dt));
+  if (c->device == NULL) {
+    GCCL_CHECK(gpu_compressor_create(&c->device, c->spec_text, c->count, c->dt));
+    c->twin_ops = &twin_ops;
+  }
   if (c->spec.ef && !c->residual_on_device) {
     GCCL_CHECK(gpu_compressor_set_residual(c->device, c->residual));
     c->residual_on_device = 1;
@@ -64,6 +74,7 @@ unsigned device_codec_path(const struct coll_args* a, enum coll_algo algo) {
 
 gcclResult_t device_place_residual(const struct coll_args* a) {
   if (a->comp == NULL) return gcclSuccess;
+  a->comp->encode_on_twin = a->device_send != NULL;
   return a->device_send ? residual_to_device(a->comp) : device_residual_to_host(a->comp);
 }
 
@@ -84,22 +95,6 @@ gcclResult_t device_output_add(const struct coll_args* a, const void* frame, siz
                                (cudaStream_t)a->cuda_stream);
 }
 
-gcclResult_t device_commit_encode(gcclCompressor_t c) {
-  gpu_compressor_commit(c->device);
-  c->staged = 0;
-  c->calls++;
-  return gcclSuccess;
-}
-
-void device_abort_encode(gcclCompressor_t c) {
-  if (c->device) gpu_compressor_abort(c->device);
-}
-
-void device_compressor_free(gcclCompressor_t c) {
-  gpu_compressor_destroy(c->device);
-  c->device = NULL;
-}
-
 gcclResult_t device_encode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frame_bytes,
                            void* cuda_stream) {
   if (!device_is_pointer(src) && c->count > 0)
@@ -112,18 +107,17 @@ gcclResult_t device_encode(gcclCompressor_t c, const void* src, void* frame, siz
   int to_device = device_is_pointer(frame);
   void* out = to_device ? gpu_compressor_frame_buffer(c->device) : frame;
   GCCL_CHECK(gpu_compressor_encode_staged(c->device, src, out, to_device ? c->bound : cap, frame_bytes, st));
+  c->encode_on_twin = 1; /* the twin staged the new residual: commit and abort act on it */
   cudaError_t e = cudaSuccess;
   if (to_device) { /* the pinned buffer is the next encode's: the copy must be done */
     e = cudaMemcpyAsync(frame, out, *frame_bytes, cudaMemcpyHostToDevice, st);
     if (e == cudaSuccess) e = cudaStreamSynchronize(st);
   }
   if (e != cudaSuccess) {
-    gpu_compressor_abort(c->device);
+    compressor_abort(c);
     return cuda_fail(e, "copying the frame to the device");
   }
-  gpu_compressor_commit(c->device);
-  c->calls++; /* the twin's call number moved on with it */
-  return gcclSuccess;
+  return compressor_commit(c); /* the twin's residual becomes current; both call numbers move on */
 }
 
 /* One decoder per thread: device scratch that grows to the largest frame seen. */
@@ -136,8 +130,8 @@ static void decoder_key_make(void) {
   pthread_key_create(&decoder_key, decoder_free);
 }
 
-gcclResult_t device_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count,
-                                      gcclDataType_t dt, void* cuda_stream) {
+gcclResult_t device_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count, gcclDataType_t dt,
+                                      void* cuda_stream) {
   cudaStream_t st = (cudaStream_t)cuda_stream;
   const void* host_frame = frame;
   unsigned char* staged = NULL;
@@ -167,16 +161,4 @@ gcclResult_t device_decode_accumulate(const void* frame, size_t frame_bytes, voi
   }
   free(staged);
   return res;
-}
-
-/* ---- gccl_cuda.h: the codec API on a CUDA stream ------------------------------ */
-
-gcclResult_t gcclEncodeCuda(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frameBytes,
-                            cudaStream_t stream) {
-  return codec_encode(c, src, frame, cap, frameBytes, stream, "gcclEncodeCuda");
-}
-
-gcclResult_t gcclDecodeAccumulateCuda(const void* frame, size_t frameBytes, void* dst, size_t count,
-                                      gcclDataType_t datatype, cudaStream_t stream) {
-  return codec_decode_accumulate(frame, frameBytes, dst, count, datatype, stream, "gcclDecodeAccumulateCuda");
 }

@@ -1,4 +1,5 @@
-/* device.h — collectives on CUDA device buffers (CUDA builds; see gccl_cuda.h).
+/* device.h — CUDA device buffers in collectives and in the codec API (CUDA builds;
+ * see gccl_cuda.h): the seam between host code and the GPU.
  *
  * A call whose send or receive buffer is device memory (cudaPointerGetAttributes
  * says cudaMemoryTypeDevice) is flagged when it is launched and, when it runs,
@@ -10,11 +11,14 @@
  * kernel, but the host waits for it. A one-frame schedule of a whole fp32
  * tensor instead encodes and decodes on the GPU, from and into the device
  * buffers: only frames cross to the host (device_codec_path).
- * Builds without CUDA compile device_none.c: no pointer is a device pointer there. */
-#ifndef GCCL_CORE_DEVICE_H
-#define GCCL_CORE_DEVICE_H
+ * CUDA builds compile device_stage.c and device_codec.c; builds without CUDA
+ * compile device_none.c, where no pointer is a device pointer. The seam sits
+ * below the collectives, whose one-frame steps (one_frame.c) call it, and takes
+ * only their call types from coll.h: the communicator stays opaque here. */
+#ifndef GCCL_DEVICE_DEVICE_H
+#define GCCL_DEVICE_DEVICE_H
 
-#include "../collectives/coll.h"
+#include "collectives/coll.h"
 #include "gccl.h"
 
 /* Flags of coll_args.device. */
@@ -25,10 +29,15 @@
  * of nranks ranks. 0 without CUDA or without a usable device. */
 unsigned device_buffers(const struct coll_args* a, int nranks);
 
-/* Runs a flagged call through pinned host buffers: run(comm, host_args) does the
- * collective itself. The staging buffers live in *stage (made on first use). */
+/* Runs a flagged call of rank ctx->rank of ctx->nranks through pinned host
+ * buffers: run(comm, host_args) does the collective itself, with algorithm algo
+ * (the one the call runs: with a compressor it decides which codec work stays on
+ * the GPU, device_codec_path). A failure before run is called aborts ctx->tp:
+ * the peers are on their way into the collective. The staging buffers live in
+ * *stage (made on first use). */
 struct device_stage;
-gcclResult_t device_execute(struct device_stage** stage, gcclComm_t comm, const struct coll_args* a,
+gcclResult_t device_execute(struct device_stage** stage, const struct coll_ctx* ctx, const struct coll_args* a,
+                            enum coll_algo algo, gcclComm_t comm,
                             gcclResult_t (*run)(gcclComm_t, const struct coll_args*));
 void device_stage_free(struct device_stage* stage);
 
@@ -42,24 +51,21 @@ void device_stage_free(struct device_stage* stage);
  * buffers (coll_args.device_send, device_recv) instead of staging them. */
 unsigned device_codec_path(const struct coll_args* a, enum coll_algo algo);
 /* Puts a compressor's residual where this call's encode reads it: on the device
- * when a->device_send is set, else on the host (before the schedule runs). */
+ * when a->device_send is set, else on the host (before the schedule runs). It
+ * also tells the compressor which one this call stages (encode_on_twin), so that
+ * compressor_commit and compressor_abort act on that one. */
 gcclResult_t device_place_residual(const struct coll_args* a);
 /* The one-frame steps on the GPU: the device input into a host frame, the new
- * residual staged on the device until device_commit_encode; elements [at, at +
- * n) of the device output cleared, or a (host) frame of n elements added into
+ * residual staged on the device until compressor_commit; elements [at, at + n)
+ * of the device output cleared, or a (host) frame of n elements added into
  * them. */
 gcclResult_t device_encode_input(const struct coll_args* a, void* frame, size_t cap, size_t* frame_bytes);
 gcclResult_t device_output_clear(const struct coll_args* a, size_t at, size_t n);
 gcclResult_t device_output_add(const struct coll_args* a, const void* frame, size_t frame_bytes, size_t at, size_t n);
-/* After a collective that encoded on the GPU: makes the staged residual current
- * and advances the call number, as compressor_commit; or forgets it. */
-gcclResult_t device_commit_encode(gcclCompressor_t c);
-void device_abort_encode(gcclCompressor_t c);
-
 /* 1 when p points to CUDA device memory (0 without CUDA or a usable device). */
 int device_is_pointer(const void* p);
 
-/* The codec API on device memory (cuda/device_codec.c). gcclEncode of a device
+/* The codec API on device memory (device_codec.c). gcclEncode of a device
  * tensor (frame in host or device memory), and gcclDecodeAccumulate where the
  * frame or dst is device memory, ordered on CUDA stream cuda_stream (NULL: the
  * legacy default stream); both return when the work is done. A compressor's
@@ -67,16 +73,8 @@ int device_is_pointer(const void* p);
  * back before host code reads it. */
 gcclResult_t device_encode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frame_bytes,
                            void* cuda_stream);
-gcclResult_t device_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count,
-                                      gcclDataType_t dt, void* cuda_stream);
-/* gcclEncode and gcclDecodeAccumulate, their argument checks included, for any
- * buffers; cuda_stream as above; fn names the public function in messages
- * (core/compress_api.c, for gccl_cuda.h's stream variants). */
-gcclResult_t codec_encode(gcclCompressor_t c, const void* src, void* frame, size_t cap, size_t* frameBytes,
-                          void* cuda_stream, const char* fn);
-gcclResult_t codec_decode_accumulate(const void* frame, size_t frameBytes, void* dst, size_t count,
-                                     gcclDataType_t dt, void* cuda_stream, const char* fn);
+gcclResult_t device_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count, gcclDataType_t dt,
+                                      void* cuda_stream);
 gcclResult_t device_residual_to_host(gcclCompressor_t c);
-void device_compressor_free(gcclCompressor_t c);
 
 #endif

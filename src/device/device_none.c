@@ -1,6 +1,6 @@
 /* device_none.c — device.h without CUDA: every buffer is host memory. */
-#include "../common/result.h"
-#include "device.h"
+#include "common/result.h"
+#include "device/device.h"
 
 unsigned device_buffers(const struct coll_args* a, int nranks) {
   (void)a;
@@ -8,11 +8,14 @@ unsigned device_buffers(const struct coll_args* a, int nranks) {
   return 0;
 }
 
-gcclResult_t device_execute(struct device_stage** stage, gcclComm_t comm, const struct coll_args* a,
+gcclResult_t device_execute(struct device_stage** stage, const struct coll_ctx* ctx, const struct coll_args* a,
+                            enum coll_algo algo, gcclComm_t comm,
                             gcclResult_t (*run)(gcclComm_t, const struct coll_args*)) {
   (void)stage;
-  (void)comm;
+  (void)ctx;
   (void)a;
+  (void)algo;
+  (void)comm;
   (void)run;
   return err_set(gcclInternalError, "device buffers in a build without CUDA");
 }
@@ -37,8 +40,8 @@ gcclResult_t device_encode(gcclCompressor_t c, const void* src, void* frame, siz
   return err_set(gcclInternalError, "device buffers in a build without CUDA");
 }
 
-gcclResult_t device_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count,
-                                      gcclDataType_t dt, void* cuda_stream) {
+gcclResult_t device_decode_accumulate(const void* frame, size_t frame_bytes, void* dst, size_t count, gcclDataType_t dt,
+                                      void* cuda_stream) {
   (void)cuda_stream;
   (void)frame;
   (void)frame_bytes;
@@ -83,20 +86,7 @@ gcclResult_t device_output_add(const struct coll_args* a, const void* frame, siz
   return err_set(gcclInternalError, "device buffers in a build without CUDA");
 }
 
-gcclResult_t device_commit_encode(gcclCompressor_t c) {
-  (void)c;
-  return err_set(gcclInternalError, "device buffers in a build without CUDA");
-}
-
-void device_abort_encode(gcclCompressor_t c) {
-  (void)c;
-}
-
 gcclResult_t device_residual_to_host(gcclCompressor_t c) {
   (void)c;
   return gcclSuccess;
-}
-
-void device_compressor_free(gcclCompressor_t c) {
-  (void)c;
 }
