@@ -1,12 +1,12 @@
 /* collectives.c — the public dense collectives: build the call, check it, launch it. */
-#include "../common/result.h"
-#include "comm.h"
-#include "dropin.h"
+#include "common/result.h"
+#include "core/argcheck.h"
+#include "core/comm.h"
+#include "core/dropin.h"
 
 static gcclResult_t check(gcclComm_t comm, const struct coll_args* a, gcclStream_t stream, const char* fn) {
   gcclResult_t res = argcheck_collective(comm, a, fn);
-  if (res == gcclSuccess && stream && !stream_valid(stream))
-    res = err_set(gcclInvalidArgument, "%s: stream is not a live gcclStream_t", fn);
+  if (res == gcclSuccess) res = argcheck_call_stream(stream, fn);
   return comm_fail(comm, res);
 }
 
@@ -18,8 +18,11 @@ static gcclResult_t launch(gcclComm_t comm, const struct coll_args* a, gcclStrea
 /* Fields a collective does not use are fixed (op = sum, root = 0) so that the
  * agreement step compares only what matters. */
 
-/* With GCCL_COMPRESS set, an eligible call runs as gcclAllReduceCompressed with
- * the drop-in table's compressor for its buffer (dropin.h). */
+/* With GCCL_COMPRESS set, an eligible call runs compressed, with the drop-in
+ * table's compressor for its buffer (dropin.h): the call gcclAllReduceCompressed
+ * launches, without its checks. Those hold already: the table's compressor was
+ * made for this call's count and datatype, and the drop-in routes sum and avg
+ * only. So a gradient passes the public API once. */
 gcclResult_t gcclAllReduce(const void* sendbuff, void* recvbuff, size_t count, gcclDataType_t datatype, gcclRedOp_t op,
                            gcclComm_t comm, gcclStream_t stream) {
   struct coll_args a = coll_call(COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0);
@@ -27,7 +30,7 @@ gcclResult_t gcclAllReduce(const void* sendbuff, void* recvbuff, size_t count, g
   gcclCompressor_t comp;
   gcclResult_t res = dropin_route(comm, &a, &comp);
   if (res != gcclSuccess) return comm_fail(comm, res);
-  if (comp) return gcclAllReduceCompressed(sendbuff, recvbuff, count, datatype, op, comp, comm, stream);
+  a.comp = comp; /* NULL: the call stays dense */
   return enqueue_collective(comm, &a, stream);
 }
 

@@ -1,4 +1,5 @@
-/* comm.c — communicators: creation, destruction, abort, queries, errors. */
+/* comm.c — communicators: ids, creation, destruction, abort, queries, errors.
+ * A call on a communicator runs in execute.c. */
 #include "core/comm.h"
 
 #include <stdio.h>
@@ -8,20 +9,16 @@
 #include <unistd.h>
 
 #include "common/arena.h"
-#include "common/dtype.h"
 #include "common/env.h"
 #include "common/log.h"
 #include "common/result.h"
-#include "compress/compressor.h"
+#include "core/argcheck.h"
 #include "core/dropin.h"
 #include "device/device.h"
 #include "transport/local.h"
 #include "transport/sim.h"
 
 #define DEFAULT_TIMEOUT_MS 300000
-/* Thread ranks: each is a thread of this process, and the local transport keeps a
- * channel per ordered pair of ranks, so a hostile nranks must not reach it. */
-#define LOCAL_MAX_RANKS 4096
 
 gcclResult_t comm_fail(gcclComm_t comm, gcclResult_t result) {
   if (result != gcclSuccess && handle_live(HANDLE_COMM, comm)) {
@@ -38,7 +35,7 @@ const char* gcclGetLastError(gcclComm_t comm) {
 }
 
 gcclResult_t gcclGetVersion(int* version) {
-  if (!version) return err_set(gcclInvalidArgument, "gcclGetVersion: version is NULL");
+  GCCL_CHECK(argcheck_not_null(version, "gcclGetVersion", "version"));
   *version = GCCL_VERSION_CODE;
   return gcclSuccess;
 }
@@ -48,7 +45,7 @@ gcclResult_t gcclGetVersion(int* version) {
 static const char ID_MAGIC[8] = "gcclID01";
 
 gcclResult_t gcclGetUniqueId(gcclUniqueId* id) {
-  if (!id) return err_set(gcclInvalidArgument, "gcclGetUniqueId: id is NULL");
+  GCCL_CHECK(argcheck_not_null(id, "gcclGetUniqueId", "id"));
   memset(id, 0, sizeof *id);
   memcpy(id->internal, ID_MAGIC, sizeof ID_MAGIC);
   /* 16 random bytes and the pid make ids of concurrent jobs distinct. */
@@ -62,19 +59,11 @@ gcclResult_t gcclGetUniqueId(gcclUniqueId* id) {
   return gcclSuccess;
 }
 
-static int unique_id_valid(const gcclUniqueId* id) {
+int comm_unique_id_valid(const gcclUniqueId* id) {
   return memcmp(id->internal, ID_MAGIC, sizeof ID_MAGIC) == 0;
 }
 
 /* ---- creation ------------------------------------------------------------------ */
-
-static gcclResult_t check_thread_nranks(int nranks, const char* fn) {
-  if (nranks < 1) return err_set(gcclInvalidArgument, "%s: nranks %d is less than 1", fn, nranks);
-  if (nranks > LOCAL_MAX_RANKS)
-    return err_set(gcclInvalidArgument, "%s: nranks %d is more than the %d thread ranks a process supports", fn, nranks,
-                   LOCAL_MAX_RANKS);
-  return gcclSuccess;
-}
 
 gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks, int node_size, int network) {
   *out = NULL;
@@ -138,13 +127,9 @@ void comm_free(gcclComm_t c) {
 
 gcclResult_t gcclCommInitRank(gcclComm_t* comm, int nranks, gcclUniqueId id, int rank) {
   log_init();
-  if (!comm) return err_set(gcclInvalidArgument, "gcclCommInitRank: comm is NULL");
+  GCCL_CHECK(argcheck_not_null(comm, "gcclCommInitRank", "comm"));
   *comm = NULL;
-  GCCL_CHECK(check_thread_nranks(nranks, "gcclCommInitRank"));
-  if (rank < 0 || rank >= nranks)
-    return err_set(gcclInvalidArgument, "gcclCommInitRank: rank %d is not in [0, %d)", rank, nranks);
-  if (!unique_id_valid(&id))
-    return err_set(gcclInvalidArgument, "gcclCommInitRank: the id was not made by gcclGetUniqueId");
+  GCCL_CHECK(argcheck_init_rank(nranks, &id, rank));
   gcclComm_t c;
   GCCL_CHECK(comm_alloc(&c, rank, nranks, nranks, 0));
   log_set_rank(rank);
@@ -168,8 +153,8 @@ gcclResult_t gcclCommInitRank(gcclComm_t* comm, int nranks, gcclUniqueId id, int
 
 gcclResult_t gcclCommInitAll(gcclComm_t* comms, int nranks) {
   log_init();
-  if (!comms) return err_set(gcclInvalidArgument, "gcclCommInitAll: comms is NULL");
-  GCCL_CHECK(check_thread_nranks(nranks, "gcclCommInitAll"));
+  GCCL_CHECK(argcheck_not_null(comms, "gcclCommInitAll", "comms"));
+  GCCL_CHECK(argcheck_thread_nranks(nranks, "gcclCommInitAll"));
   struct local_world* w;
   GCCL_CHECK(local_world_create(&w, nranks));
   struct sim_world* link_model = NULL; /* GCCL_SIM_LINK_*: wraps every rank's transport */
@@ -241,28 +226,28 @@ gcclResult_t gcclCommAbort(gcclComm_t comm) {
 
 gcclResult_t gcclCommCount(gcclComm_t comm, int* count) {
   GCCL_CHECK(argcheck_comm(comm, "gcclCommCount"));
-  if (!count) return comm_fail(comm, err_set(gcclInvalidArgument, "gcclCommCount: count is NULL"));
+  GCCL_CHECK(comm_fail(comm, argcheck_not_null(count, "gcclCommCount", "count")));
   *count = comm->nranks;
   return gcclSuccess;
 }
 
 gcclResult_t gcclCommUserRank(gcclComm_t comm, int* rank) {
   GCCL_CHECK(argcheck_comm(comm, "gcclCommUserRank"));
-  if (!rank) return comm_fail(comm, err_set(gcclInvalidArgument, "gcclCommUserRank: rank is NULL"));
+  GCCL_CHECK(comm_fail(comm, argcheck_not_null(rank, "gcclCommUserRank", "rank")));
   *rank = comm->rank;
   return gcclSuccess;
 }
 
 gcclResult_t gcclCommGetAsyncError(gcclComm_t comm, gcclResult_t* asyncError) {
   GCCL_CHECK(argcheck_comm(comm, "gcclCommGetAsyncError"));
-  if (!asyncError) return comm_fail(comm, err_set(gcclInvalidArgument, "gcclCommGetAsyncError: asyncError is NULL"));
+  GCCL_CHECK(comm_fail(comm, argcheck_not_null(asyncError, "gcclCommGetAsyncError", "asyncError")));
   gcclResult_t e = (gcclResult_t)atomic_load(&comm->async_error);
   if (e == gcclSuccess) e = comm->tp->ops->broken(comm->tp);
   *asyncError = e;
   return gcclSuccess;
 }
 
-/* ---- execution ----------------------------------------------------------------------- */
+/* ---- state -------------------------------------------------------------------------- */
 
 gcclResult_t comm_check_usable(gcclComm_t comm, const char* fn) {
   gcclResult_t broken = comm->tp->ops->broken(comm->tp);
@@ -270,59 +255,4 @@ gcclResult_t comm_check_usable(gcclComm_t comm, const char* fn) {
     return err_set(gcclInvalidUsage, "%s: the communicator is in an error state (%s); destroy it", fn,
                    gcclGetErrorString(broken));
   return gcclSuccess;
-}
-
-/* The algorithm for a call: the tuner's, with a compressor's codec in mind. */
-enum coll_algo comm_choose_algo(gcclComm_t comm, const struct coll_args* a) {
-  size_t bytes = a->count * dtype_size(a->dt);
-  if (!a->comp)
-    return tuner_choose(a->kind, bytes, comm->nranks, comm->ctx.local_size, comm->tp->shares_address_space,
-                        comm->forced_algo);
-  return tuner_choose_compressed(a->kind, &a->comp->spec, a->count, comm->nranks, comm->ctx.local_size,
-                                 comm->forced_algo);
-}
-
-gcclResult_t comm_execute(gcclComm_t comm, const struct coll_args* call) {
-  if (call->device) { /* staged through pinned host memory: device_execute calls back with host buffers */
-    enum coll_algo algo = comm_choose_algo(comm, call);
-    return comm_fail(comm, device_execute(&comm->device_stage, &comm->ctx, call, algo, comm, comm_execute));
-  }
-  log_set_rank(comm->rank);
-  struct transport* tp = comm->tp;
-  /* Checked at the call too; again here, since stream and group work runs later. */
-  GCCL_CHECK(comm_fail(comm, comm_check_usable(comm, coll_kind_name(call->kind))));
-  /* Codec "none" is the dense path itself: bit-identical to the dense call. */
-  struct coll_args args = *call;
-  const struct coll_args* a = &args;
-  if (args.comp && args.comp->spec.codec == CODEC_NONE) args.comp = NULL;
-  enum coll_algo algo = comm_choose_algo(comm, a);
-  GCCL_INFO(LOG_COLL, "%s seq %llu count %zu %s %s root %d algo %s%s%s", coll_kind_name(a->kind),
-            (unsigned long long)comm->seq, a->count, dtype_name(a->dt), op_name(a->op), a->root, algo_name(algo),
-            a->comp ? " codec " : "", a->comp ? a->comp->spec_text : "");
-  if (a->comp) a->comp->rank = (uint64_t)comm->rank; /* stochastic rounding: independent draws per rank */
-  gcclResult_t res = device_place_residual(a);
-  if (res != gcclSuccess) tp->ops->abort(tp, res); /* peers are on their way into the agreement */
-  if (res == gcclSuccess) res = coll_agree(&comm->ctx, call, algo, comm->seq++);
-  if (res == gcclSuccess) {
-    res = coll_run(&comm->ctx, a, algo);
-    /* Step last: a call succeeds on no rank unless it succeeded on all. Without
-     * it a rank that had all it needed returned success while a peer failed
-     * later (a frame found corrupt by its last receiver, a peer that timed out),
-     * its error feedback a step ahead of the failed ranks', which keep theirs to
-     * retry; and after a lost message, ranks that took the next message of the
-     * pair in its place returned wrong sums as success (tests/core/test_faults.cc).
-     * A rank that failed aborts the transport, so the others leave this barrier
-     * with its error. The direct algorithms end in a barrier already. */
-    if (res == gcclSuccess && algo != ALGO_DIRECT) res = tp->ops->barrier(tp);
-    if (res == gcclSuccess && a->comp) res = compressor_commit(a->comp); /* the host's or the GPU twin's residual */
-    /* Peers are mid-collective: a local failure must not leave them waiting. */
-    if (res != gcclSuccess) tp->ops->abort(tp, res);
-  }
-  if (res != gcclSuccess) {
-    if (a->comp) compressor_abort(a->comp); /* the residual stays as it was */
-    tp->ops->cancel_all(tp);
-    gcclResult_t why = tp->ops->broken(tp);
-    if (why != gcclSuccess) atomic_store(&comm->async_error, why);
-  }
-  return comm_fail(comm, res);
 }

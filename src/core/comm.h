@@ -6,9 +6,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "../collectives/coll.h"
+#include "collectives/coll.h"
+#include "core/handles.h"
 #include "gccl.h"
-#include "handles.h"
 
 struct fault_config;
 
@@ -42,13 +42,8 @@ gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks, int node_size, in
 /* Frees what comm_alloc made and the transport, if any. */
 void comm_free(gcclComm_t comm);
 
-/* The algorithm a call runs: GCCL_ALGO when the collective has it, else the
- * tuner's (by size, ranks and codec). The same on every rank. */
-enum coll_algo comm_choose_algo(gcclComm_t comm, const struct coll_args* a);
-
-/* Runs one collective now, in the calling thread: tuner, agreement, algorithm.
- * On failure the message is in the communicator's last error. */
-gcclResult_t comm_execute(gcclComm_t comm, const struct coll_args* args);
+/* Whether id was made by gcclGetUniqueId. */
+int comm_unique_id_valid(const gcclUniqueId* id);
 
 /* gcclInvalidUsage, naming fn, when comm is in an error state (a timeout, an
  * abort, a corrupt frame broke it): it refuses all work. */
@@ -61,20 +56,16 @@ gcclResult_t comm_fail(gcclComm_t comm, gcclResult_t result);
 /* Book-keeping of collectives queued or running (destroy and abort wait for them). */
 void comm_pending_add(gcclComm_t comm, int delta);
 
-/* Argument checks (argcheck.c). Each returns gcclSuccess or records a message. */
-gcclResult_t argcheck_comm(gcclComm_t comm, const char* fn);
-gcclResult_t argcheck_collective(gcclComm_t comm, const struct coll_args* a, const char* fn);
-
 /* Launches a checked collective: recorded in an open group, queued on a stream, or
  * executed now (enqueue.c). */
 gcclResult_t enqueue_collective(gcclComm_t comm, const struct coll_args* args, gcclStream_t stream);
 
 /* Compressors that are live gcclCompressor_t handles (compress_api.c): the
- * public ones, and the GCCL_COMPRESS table's, which reach the public calls
- * (gcclAllReduceCompressed, and users through dropin_compressor_for). Create
- * checks spec, count and dt as gcclCompressorCreate does (its messages), then
- * makes the compressor (compressor_create) and registers it; *out is unchanged
- * on error. Destroy frees it, its memory through the handle quarantine. */
+ * public ones, and the GCCL_COMPRESS table's, which users can reach through
+ * dropin_compressor_for (tests read their residuals with the public calls).
+ * Create checks spec, count and dt as gcclCompressorCreate does (its messages),
+ * then makes the compressor (compressor_create) and registers it; *out is
+ * unchanged on error. Destroy frees it, its memory through the handle quarantine. */
 gcclResult_t compressor_handle_create(gcclCompressor_t* out, const char* spec, size_t count, gcclDataType_t dt);
 void compressor_handle_destroy(gcclCompressor_t c);
 

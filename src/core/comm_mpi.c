@@ -4,13 +4,14 @@
 #include <stdlib.h>
 #include <sys/random.h>
 
-#include "../common/clock.h"
-#include "../common/log.h"
-#include "../common/result.h"
-#include "../transport/mpi.h"
-#include "../transport/sim.h"
-#include "comm.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/result.h"
+#include "core/argcheck.h"
+#include "core/comm.h"
 #include "gccl_mpi.h"
+#include "transport/mpi.h"
+#include "transport/sim.h"
 
 static const char* thread_level_name(int level) {
   switch (level) {
@@ -108,25 +109,20 @@ static gcclResult_t setup_agree(MPI_Comm comm, int nranks, gcclResult_t mine, in
 
 gcclResult_t gcclCommInitMpi(gcclComm_t* comm, MPI_Comm mpiComm) {
   log_init();
-  if (!comm) return err_set(gcclInvalidArgument, "gcclCommInitMpi: comm is NULL");
+  GCCL_CHECK(argcheck_not_null(comm, "gcclCommInitMpi", "comm"));
   *comm = NULL;
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (finalized) return err_set(gcclInvalidUsage, "gcclCommInitMpi: MPI is already finalized");
   if (!initialized) return err_set(gcclInvalidUsage, "gcclCommInitMpi: MPI is not initialised (call MPI_Init_thread)");
-  if (mpiComm == MPI_COMM_NULL) return err_set(gcclInvalidArgument, "gcclCommInitMpi: mpiComm is MPI_COMM_NULL");
-  int inter = 0;
-  int rc = MPI_Comm_test_inter(mpiComm, &inter);
-  if (rc != MPI_SUCCESS) return mpi_error(rc, "gcclCommInitMpi: MPI_Comm_test_inter");
-  if (inter)
-    return err_set(gcclInvalidArgument,
-                   "gcclCommInitMpi: mpiComm is an intercommunicator; gccl needs an intracommunicator");
+  GCCL_CHECK(argcheck_mpi_comm(mpiComm));
   int level = MPI_THREAD_SINGLE;
   MPI_Query_thread(&level);
 
   /* gccl's messages live on a duplicate, so they never match the application's. */
   MPI_Comm dup;
+  int rc;
   if ((rc = MPI_Comm_dup(mpiComm, &dup)) != MPI_SUCCESS) return mpi_error(rc, "gcclCommInitMpi: MPI_Comm_dup");
   int rank = 0, nranks = 1, node_size = 1;
   uint64_t comm_id = 0;

@@ -1,7 +1,9 @@
 /* cuda_api.c — gccl_cuda.h's entry points (CUDA builds only): gccl streams ordered
  * on a CUDA stream, and the codec API on one. The work itself is the device
- * seam's (device/device.h); these check their arguments and name themselves. */
+ * seam's (device/device.h); these check their arguments (argcheck.h) and name
+ * themselves. */
 #include "common/result.h"
+#include "core/argcheck.h"
 #include "core/comm.h"
 #include "gccl_cuda.h"
 
@@ -12,8 +14,8 @@ gcclResult_t gcclStreamCreateCuda(gcclStream_t* s, cudaStream_t cuda) {
 }
 
 gcclResult_t gcclStreamGetCuda(gcclStream_t s, cudaStream_t* cuda) {
-  if (!stream_valid(s)) return err_set(gcclInvalidArgument, "gcclStreamGetCuda: not a live gcclStream_t");
-  if (cuda == NULL) return err_set(gcclInvalidArgument, "gcclStreamGetCuda: cuda is NULL");
+  GCCL_CHECK(argcheck_stream(s, "gcclStreamGetCuda"));
+  GCCL_CHECK(argcheck_not_null(cuda, "gcclStreamGetCuda", "cuda"));
   *cuda = (cudaStream_t)stream_cuda(s);
   return gcclSuccess;
 }

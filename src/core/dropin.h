@@ -1,10 +1,11 @@
 /* dropin.h — GCCL_COMPRESS: plain gcclAllReduce calls, compressed without a
  * change to the caller's code.
  *
- * GCCL_COMPRESS=SPEC (read once, at communicator creation) sends every
+ * GCCL_COMPRESS=SPEC (read once, at communicator creation) compresses every
  * gcclAllReduce on a float tensor (fp32, fp64, fp16, bf16) of at least
- * GCCL_COMPRESS_MIN_BYTES bytes (default 65536) with op sum or avg through
- * gcclAllReduceCompressed with a compressor of that spec; other calls stay dense.
+ * GCCL_COMPRESS_MIN_BYTES bytes (default 65536) with op sum or avg: the call runs
+ * as gcclAllReduceCompressed with a compressor of that spec would, launched
+ * without repeating the checks gcclAllReduce made; other calls stay dense.
  * GCCL_COMPRESS=auto:SPEC compresses only the calls the α-β-γ model
  * (collectives/cost_model.h) predicts faster than the best dense algorithm. An
  * invalid spec is reported (WARN) and leaves every call dense. INFO logging

@@ -1,13 +1,14 @@
 /* faults.c — GCCL_FAULT on a communicator (faults.h): read at creation, installed
  * over the rank's transport, queried by tests. */
-#include "faults.h"
+#include "core/faults.h"
 
 #include <stdlib.h>
 
-#include "../common/env.h"
-#include "../common/log.h"
-#include "../common/result.h"
-#include "comm.h"
+#include "common/env.h"
+#include "common/log.h"
+#include "common/result.h"
+#include "core/argcheck.h"
+#include "core/comm.h"
 
 gcclResult_t comm_faults_read(gcclComm_t c) {
   const char* text = env_str("GCCL_FAULT");

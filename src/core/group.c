@@ -6,8 +6,9 @@
  * runs NULL-stream calls concurrently on each communicator's internal stream. */
 #include <stdlib.h>
 
-#include "../common/result.h"
-#include "comm.h"
+#include "common/result.h"
+#include "core/argcheck.h"
+#include "core/comm.h"
 
 struct group_op {
   gcclComm_t comm;
@@ -54,14 +55,9 @@ gcclResult_t gcclGroupEnd(void) {
   record_error = gcclSuccess;
   size_t n = nops;
   nops = 0;
-  /* A communicator or stream destroyed since its call was recorded fails the
-   * group before anything is launched. */
-  for (size_t i = 0; i < n && res == gcclSuccess; i++) {
-    if (!handle_live(HANDLE_COMM, ops[i].comm))
-      res = err_set(gcclInvalidArgument, "gcclGroupEnd: the communicator of the group's call %zu was destroyed", i);
-    else if (ops[i].stream && !stream_valid(ops[i].stream))
-      res = err_set(gcclInvalidArgument, "gcclGroupEnd: the stream of the group's call %zu was destroyed", i);
-  }
+  /* A handle destroyed since its call was recorded fails the group before
+   * anything is launched. */
+  for (size_t i = 0; i < n && res == gcclSuccess; i++) res = argcheck_group_call(ops[i].comm, ops[i].stream, i);
   /* Launch everything first, then wait: the calls need each other to finish. */
   size_t launched = 0;
   for (; launched < n && res == gcclSuccess; launched++) {

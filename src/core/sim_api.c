@@ -1,14 +1,15 @@
 /* sim_api.c — gccl_sim.h: a rank's virtual clock and sent bytes under the link model. */
-#include "../common/result.h"
-#include "../transport/fault.h"
-#include "../transport/sim.h"
-#include "comm.h"
+#include "common/result.h"
+#include "core/argcheck.h"
+#include "core/comm.h"
 #include "gccl_sim.h"
+#include "transport/fault.h"
+#include "transport/sim.h"
 
 /* The link-model transport of comm, or gcclInvalidUsage when comm has none. */
 static gcclResult_t sim_of(gcclComm_t comm, const void* out, const char* fn, struct transport** tp) {
   GCCL_CHECK(argcheck_comm(comm, fn));
-  if (!out) return comm_fail(comm, err_set(gcclInvalidArgument, "%s: the output pointer is NULL", fn));
+  GCCL_CHECK(comm_fail(comm, argcheck_not_null(out, fn, "the output pointer")));
   struct transport* model = fault_transport_inner(comm->tp); /* GCCL_FAULT's injector wraps it */
   if (!sim_transport_is(model))
     return comm_fail(comm, err_set(gcclInvalidUsage,

@@ -5,8 +5,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "../common/result.h"
-#include "comm.h"
+#include "common/result.h"
+#include "core/argcheck.h"
+#include "core/comm.h"
+#include "core/execute.h"
 
 #define STREAM_CAPACITY 256
 
@@ -36,7 +38,7 @@ static void* stream_main(void* arg) {
     struct stream_task t = s->tasks[s->head % STREAM_CAPACITY];
     s->running = 1;
     pthread_mutex_unlock(&s->mu);
-    gcclResult_t res = comm_execute(t.comm, &t.args);
+    gcclResult_t res = execute_collective(t.comm, &t.args);
     comm_pending_add(t.comm, -1);
     pthread_mutex_lock(&s->mu);
     if (res != gcclSuccess && s->first_error == gcclSuccess) s->first_error = res;
@@ -61,7 +63,7 @@ void stream_set_cuda(gcclStream_t s, void* cuda) {
 }
 
 gcclResult_t gcclStreamCreate(gcclStream_t* out) {
-  if (!out) return err_set(gcclInvalidArgument, "gcclStreamCreate: stream is NULL");
+  GCCL_CHECK(argcheck_not_null(out, "gcclStreamCreate", "stream"));
   *out = NULL;
   gcclStream_t s = calloc(1, sizeof *s);
   if (!s) return err_set(gcclSystemError, "gcclStreamCreate: out of memory");
@@ -94,7 +96,7 @@ gcclResult_t stream_push(gcclStream_t s, gcclComm_t comm, const struct coll_args
 }
 
 gcclResult_t gcclStreamSynchronize(gcclStream_t s) {
-  if (!stream_valid(s)) return err_set(gcclInvalidArgument, "gcclStreamSynchronize: not a live gcclStream_t");
+  GCCL_CHECK(argcheck_stream(s, "gcclStreamSynchronize"));
   pthread_mutex_lock(&s->mu);
   while (s->head != s->tail) pthread_cond_wait(&s->changed, &s->mu);
   gcclResult_t res = s->first_error;
@@ -106,7 +108,7 @@ gcclResult_t gcclStreamSynchronize(gcclStream_t s) {
 }
 
 gcclResult_t gcclStreamDestroy(gcclStream_t s) {
-  if (!stream_valid(s)) return err_set(gcclInvalidArgument, "gcclStreamDestroy: not a live gcclStream_t");
+  GCCL_CHECK(argcheck_stream(s, "gcclStreamDestroy"));
   pthread_mutex_lock(&s->mu);
   s->stop = 1;
   pthread_cond_broadcast(&s->changed);

@@ -35,7 +35,7 @@
  * Pacing: after a blocking operation a rank whose virtual clock is ahead of the
  * wall clock (since the world's creation) sleeps until they agree, so a caller
  * timing with its own clock sees the modelled link. */
-#include "sim.h"
+#include "transport/sim.h"
 
 #include <errno.h>
 #include <math.h>
@@ -44,10 +44,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "../common/clock.h"
-#include "../common/env.h"
-#include "../common/log.h"
-#include "../common/result.h"
+#include "common/clock.h"
+#include "common/env.h"
+#include "common/log.h"
+#include "common/result.h"
 
 /* Intra-node messages move at memory speed: one core's memcpy on a server reaches
  * about 10 GB/s. Cheap but not free, so a hierarchical algorithm still pays for
@@ -399,7 +399,7 @@ static gcclResult_t sim_isend(struct transport* tp, int peer, const void* buf, s
   }
   double tx_end = m.start + m.span;
   /* Queued before the message exists, so its receiver always finds it. A post
-   * that then fails breaks the communicator (comm_execute aborts the transport),
+   * that then fails breaks the communicator (execute_collective aborts the transport),
    * so the pair's numbering never needs repair. */
   gcclResult_t res = pair_push(w, &w->pairs[(size_t)me * (size_t)w->nranks + (size_t)peer], m);
   if (res == gcclSuccess) t->bytes_sent += bytes;

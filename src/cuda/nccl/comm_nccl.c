@@ -4,13 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../common/log.h"
-#include "../../common/result.h"
-#include "../../core/comm.h"
-#include "../../transport/sim.h"
+#include "common/log.h"
+#include "common/result.h"
+#include "core/argcheck.h"
+#include "core/comm.h"
+#include "cuda/nccl/nccl_api.h"
+#include "cuda/nccl/nccl_transport.h"
 #include "gccl_nccl.h"
-#include "nccl_api.h"
-#include "nccl_transport.h"
+#include "transport/sim.h"
 
 /* The timeout of a rank whose comm_alloc failed (it has no GCCL_TIMEOUT_MS
  * read): comm.c's default. It only bounds that rank's share of the agreement. */
@@ -18,9 +19,9 @@
 
 gcclResult_t gcclCommInitNccl(gcclComm_t* comm, ncclComm_t nccl) {
   log_init();
-  if (!comm) return err_set(gcclInvalidArgument, "gcclCommInitNccl: comm is NULL");
+  GCCL_CHECK(argcheck_not_null(comm, "gcclCommInitNccl", "comm"));
   *comm = NULL;
-  if (!nccl) return err_set(gcclInvalidArgument, "gcclCommInitNccl: nccl is NULL");
+  GCCL_CHECK(argcheck_not_null(nccl, "gcclCommInitNccl", "nccl"));
   /* It would override the blocking configuration of the transport's private
    * communicators, whose calls must have launched their kernels on return. */
   const char* blocking = getenv("NCCL_COMM_BLOCKING");

@@ -1,0 +1,69 @@
+/* execute.c — one collective call, in the calling thread: agree → run → barrier →
+ * commit or abort (execute.h). The layers above (argument checks, groups,
+ * streams) only decide when a call gets here; this is the one place a call runs. */
+#include "core/execute.h"
+
+#include <stdatomic.h>
+
+#include "common/dtype.h"
+#include "common/log.h"
+#include "common/result.h"
+#include "compress/compressor.h"
+#include "core/comm.h"
+#include "device/device.h"
+
+/* The algorithm for a call: the tuner's, with a compressor's codec in mind, or
+ * GCCL_ALGO when the collective has it. The same on every rank. */
+static enum coll_algo choose_algo(gcclComm_t comm, const struct coll_args* a) {
+  size_t bytes = a->count * dtype_size(a->dt);
+  if (!a->comp)
+    return tuner_choose(a->kind, bytes, comm->nranks, comm->ctx.local_size, comm->tp->shares_address_space,
+                        comm->forced_algo);
+  return tuner_choose_compressed(a->kind, &a->comp->spec, a->count, comm->nranks, comm->ctx.local_size,
+                                 comm->forced_algo);
+}
+
+gcclResult_t execute_collective(gcclComm_t comm, const struct coll_args* call) {
+  if (call->device) { /* staged through pinned host memory: device_execute calls back with host buffers */
+    enum coll_algo algo = choose_algo(comm, call);
+    return comm_fail(comm, device_execute(&comm->device_stage, &comm->ctx, call, algo, comm, execute_collective));
+  }
+  log_set_rank(comm->rank);
+  struct transport* tp = comm->tp;
+  /* Checked at the call too; again here, since stream and group work runs later. */
+  GCCL_CHECK(comm_fail(comm, comm_check_usable(comm, coll_kind_name(call->kind))));
+  /* Codec "none" is the dense path itself: bit-identical to the dense call. */
+  struct coll_args args = *call;
+  const struct coll_args* a = &args;
+  if (args.comp && args.comp->spec.codec == CODEC_NONE) args.comp = NULL;
+  enum coll_algo algo = choose_algo(comm, a);
+  GCCL_INFO(LOG_COLL, "%s seq %llu count %zu %s %s root %d algo %s%s%s", coll_kind_name(a->kind),
+            (unsigned long long)comm->seq, a->count, dtype_name(a->dt), op_name(a->op), a->root, algo_name(algo),
+            a->comp ? " codec " : "", a->comp ? a->comp->spec_text : "");
+  if (a->comp) a->comp->rank = (uint64_t)comm->rank; /* stochastic rounding: independent draws per rank */
+  gcclResult_t res = device_place_residual(a);
+  if (res != gcclSuccess) tp->ops->abort(tp, res); /* peers are on their way into the agreement */
+  if (res == gcclSuccess) res = coll_agree(&comm->ctx, call, algo, comm->seq++);
+  if (res == gcclSuccess) {
+    res = coll_run(&comm->ctx, a, algo);
+    /* Step last: a call succeeds on no rank unless it succeeded on all. Without
+     * it a rank that had all it needed returned success while a peer failed
+     * later (a frame found corrupt by its last receiver, a peer that timed out),
+     * its error feedback a step ahead of the failed ranks', which keep theirs to
+     * retry; and after a lost message, ranks that took the next message of the
+     * pair in its place returned wrong sums as success (tests/core/test_faults.cc).
+     * A rank that failed aborts the transport, so the others leave this barrier
+     * with its error. The direct algorithms end in a barrier already. */
+    if (res == gcclSuccess && algo != ALGO_DIRECT) res = tp->ops->barrier(tp);
+    if (res == gcclSuccess && a->comp) res = compressor_commit(a->comp); /* the host's or the GPU twin's residual */
+    /* Peers are mid-collective: a local failure must not leave them waiting. */
+    if (res != gcclSuccess) tp->ops->abort(tp, res);
+  }
+  if (res != gcclSuccess) {
+    if (a->comp) compressor_abort(a->comp); /* the residual stays as it was */
+    tp->ops->cancel_all(tp);
+    gcclResult_t why = tp->ops->broken(tp);
+    if (why != gcclSuccess) atomic_store(&comm->async_error, why);
+  }
+  return comm_fail(comm, res);
+}
