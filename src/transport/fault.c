@@ -14,7 +14,7 @@
  * woken by abort and every few milliseconds to look whether the inner transport
  * broke (a peer timed out or failed; over MPI that news arrives only inside MPI
  * calls, so the sleeper also drives the inner transport's progress). */
-#include "fault.h"
+#include "transport/fault.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -22,9 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/clock.h"
-#include "../common/log.h"
-#include "../common/result.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/result.h"
 
 /* How often a stopped rank looks whether its communicator broke. */
 #define FAULT_POLL_NS 2000000

@@ -32,7 +32,7 @@
 
 #include <stdint.h>
 
-#include "transport.h"
+#include "transport/transport.h"
 
 enum fault_kind { FAULT_DROP = 0, FAULT_DELAY, FAULT_TRUNCATE, FAULT_DUPLICATE, FAULT_FLIP, FAULT_STOP, FAULT_KINDS };
 

@@ -11,7 +11,7 @@
  * One mutex per world guards all queues; each rank sleeps on its own condition
  * variable after a short spin of sched_yield, which matters on this 2-core machine
  * where ranks often outnumber cores. */
-#include "local.h"
+#include "transport/local.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -27,9 +27,10 @@
 #define cpu_relax() ((void)0)
 #endif
 
-#include "../common/clock.h"
-#include "../common/log.h"
-#include "../common/result.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/result.h"
+#include "transport/refcount.h"
 
 /* Yields before sleeping on the condition variable: a futex wake costs several
  * microseconds, a yield about one, and most waits here are short. */
@@ -69,7 +70,7 @@ struct lt_chan {
 
 struct local_world {
   int nranks;
-  int refs;
+  struct refcount refs; /* one per holder: each endpoint, and its creator until it drops it */
   pthread_mutex_t mu;
   atomic_int broken;
   gcclResult_t reason;
@@ -99,7 +100,7 @@ gcclResult_t local_world_create(struct local_world** out, int nranks) {
   struct local_world* w = calloc(1, sizeof *w + n * sizeof(struct lt_rank));
   if (!w) return err_set(gcclSystemError, "out of memory creating a local world of %d ranks", nranks);
   w->nranks = nranks;
-  w->refs = 1;
+  refcount_init(&w->refs, 1);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   w->spin_pauses = (cores > 0 && nranks <= cores) ? LT_SPIN_PAUSES : 0;
   pthread_mutex_init(&w->mu, NULL);
@@ -126,17 +127,11 @@ gcclResult_t local_world_create(struct local_world** out, int nranks) {
 }
 
 void local_world_ref(struct local_world* w) {
-  pthread_mutex_lock(&w->mu);
-  w->refs++;
-  pthread_mutex_unlock(&w->mu);
+  refcount_take(&w->refs);
 }
 
 void local_world_unref(struct local_world* w) {
-  if (!w) return;
-  pthread_mutex_lock(&w->mu);
-  int last = --w->refs == 0;
-  pthread_mutex_unlock(&w->mu);
-  if (!last) return;
+  if (!w || !refcount_drop(&w->refs)) return;
   pthread_mutex_destroy(&w->mu);
   for (int r = 0; r < w->nranks; r++) pthread_cond_destroy(&w->ranks[r].cv);
   for (int r = 0; r < w->nranks; r++) free(w->ranks[r].pool);

@@ -2,7 +2,7 @@
 #ifndef GCCL_TRANSPORT_LOCAL_H
 #define GCCL_TRANSPORT_LOCAL_H
 
-#include "transport.h"
+#include "transport/transport.h"
 
 /* The state shared by the nranks threads of one communicator (queues, barrier). */
 struct local_world;

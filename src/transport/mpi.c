@@ -1,13 +1,6 @@
 /* mpi.c — the MPI transport (mpi.h): gccl's messages on a private communicator.
- *
- * Messages. Every request is one message to or from one peer on a single data
- * tag, so MPI's non-overtaking rule is the transport's pair ordering. A message
- * longer than the chunk size goes as several MPI messages, one chunk in flight at
- * a time; requests posted after it on the same lane (peer and direction) wait in
- * a FIFO, not yet given to MPI, until its last chunk is posted: posted at once,
- * their messages would slip between its chunks. A receive of unknown size learns
- * where the message ends from a chunk shorter than the chunk size, so a message
- * whose size is a multiple of it ends with an empty one.
+ * This file holds its operations, its waits, its failure and its creation; the
+ * messages themselves (requests in chunks, on lanes) are mpi_lanes.c's.
  *
  * Waiting. MPI progresses only inside MPI calls. A wait polls MPI_Test on its own
  * request, on the lanes' chunked messages and on the control receive, and yields
@@ -22,8 +15,6 @@
  * after the timeout. Non-blocking collectives cannot be cancelled: one that
  * failed stays pending on buffers the transport owns, so MPI may still complete
  * it safely, and those buffers are never freed. */
-#include "mpi.h"
-
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
@@ -32,14 +23,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "../common/clock.h"
-#include "../common/env.h"
-#include "../common/log.h"
-#include "../common/result.h"
-
-enum { TAG_DATA = 1, TAG_CONTROL = 2 };
+#include "common/clock.h"
+#include "common/env.h"
+#include "common/log.h"
+#include "common/result.h"
+#include "transport/deadline.h"
+#include "transport/mpi_internal.h"
 
 /* A wait polls, yielding the core between polls, for GCCL_MPI_SPIN_US; after that
  * it naps MT_NAP_NS between polls, so that a rank waiting on the network or on a
@@ -57,73 +47,6 @@ enum { TAG_DATA = 1, TAG_CONTROL = 2 };
  * than the timeout): Open MPI cannot cancel a send, and a receive that has
  * matched completes only once its sender progresses. */
 #define MT_SETTLE_NS 2000000000LL
-
-enum mt_state { MT_FREE = 0, MT_DEFERRED, MT_ACTIVE, MT_DONE };
-
-struct mt_req {
-  enum mt_state state;
-  int is_send;
-  int peer;
-  int next;      /* the next request in its lane's FIFO, or in the free list; -1 ends */
-  char* buf;     /* a send's buffer is only read */
-  size_t bytes;  /* the message's size; for irecv_upto, the capacity */
-  size_t* got;   /* irecv_upto: where the received size goes; NULL otherwise */
-  size_t done;   /* bytes of the chunks completed */
-  size_t posted; /* bytes of the chunk in flight */
-  int last;      /* the chunk in flight is the last the message can have */
-  MPI_Request mreq;
-  gcclResult_t result; /* MT_DONE */
-};
-
-/* The requests of one peer and direction. */
-struct mt_lane {
-  int blocker;    /* a request with chunks still to post, or -1 */
-  int head, tail; /* requests queued behind it, not yet given to MPI */
-};
-
-/* What a failing rank tells its peers; `comm_id` keeps a message that arrives
- * after its communicator was freed from breaking a new one (Open MPI reuses
- * context ids, and delivers early messages to the communicator made next). */
-struct mt_control {
-  uint64_t comm_id;
-  int32_t reason;
-  int32_t aborted; /* the abort operation, rather than a failed wait */
-};
-
-struct mpi_tp {
-  struct transport base;
-  MPI_Comm comm;
-  int thread_level;
-  int64_t timeout_ns;
-  int64_t spin_ns; /* how long a wait polls before it naps between polls */
-  size_t chunk_bytes;
-  uint64_t comm_id;
-
-  struct mt_req* pool; /* request handles index it; grows, never shrinks */
-  int pool_size;
-  int free_head;
-  struct mt_lane* lanes; /* [2 * nranks]: sends to peer p at 2p, receives from p at 2p + 1 */
-  int* blockers;         /* [2 * nranks]: the lanes' blockers, advanced by every poll */
-  int nblockers;
-
-  unsigned char* small_in;  /* [TP_SMALL_MAX] */
-  unsigned char* small_out; /* [nranks * TP_SMALL_MAX] */
-  MPI_Request coll_req;     /* the non-blocking collective in flight, or one that failed */
-
-  /* Failure: reason is gcclSuccess while the transport works. The thread that
-   * wins `breaking` writes fail_msg, then publishes reason. */
-  atomic_int breaking;
-  atomic_int reason;
-  atomic_int notify_due; /* broken here: the peers are still to be told */
-  atomic_int aborted;    /* broken by the abort operation */
-  char fail_msg[256];
-
-  pthread_mutex_t ctl_mu; /* the control messages: polled from several threads */
-  struct mt_control ctl_in;
-  MPI_Request ctl_recv;
-  struct mt_control ctl_out;
-  MPI_Request* ctl_sends; /* [nranks] */
-};
 
 static struct mpi_tp* mt(struct transport* tp) {
   return (struct mpi_tp*)tp;
@@ -150,13 +73,12 @@ static void break_transport(struct mpi_tp* t, gcclResult_t reason, enum mt_origi
     __attribute__((format(printf, 4, 5)));
 
 static void break_transport(struct mpi_tp* t, gcclResult_t reason, enum mt_origin origin, const char* fmt, ...) {
-  if (atomic_exchange(&t->breaking, 1)) return;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(t->fail_msg, sizeof t->fail_msg, fmt, ap);
+  int broke = tp_vbreak(&t->brk, reason, fmt, ap);
   va_end(ap);
+  if (!broke) return;
   atomic_store(&t->aborted, origin == BY_ABORT);
-  atomic_store(&t->reason, reason);
   if (origin != BY_PEER) atomic_store(&t->notify_due, 1);
 }
 
@@ -166,7 +88,7 @@ static void notify_peers(struct mpi_tp* t) {
   if (!atomic_load(&t->notify_due) || !atomic_exchange(&t->notify_due, 0)) return;
   pthread_mutex_lock(&t->ctl_mu);
   t->ctl_out = (struct mt_control){
-      .comm_id = t->comm_id, .reason = atomic_load(&t->reason), .aborted = atomic_load(&t->aborted)};
+      .comm_id = t->comm_id, .reason = tp_break_reason(&t->brk), .aborted = atomic_load(&t->aborted)};
   for (int p = 0; p < t->base.nranks; p++) {
     if (p == t->base.rank) continue;
     int rc = MPI_Isend(&t->ctl_out, (int)sizeof t->ctl_out, MPI_BYTE, p, TAG_CONTROL, t->comm, &t->ctl_sends[p]);
@@ -207,185 +129,32 @@ static void control_poll(struct mpi_tp* t) {
 
 /* The error of an operation that finds the transport broken. */
 static gcclResult_t fail_broken(struct mpi_tp* t) {
-  return err_set(gcclRemoteError, "rank %d: the communicator is broken: %s", t->base.rank, t->fail_msg);
+  return tp_broken_error(&t->brk, t->base.rank);
+}
+
+/* A failure of this rank: the peers may be waiting for it. */
+void mpi_tp_fail(struct mpi_tp* t, gcclResult_t res) {
+  break_transport(t, res, BY_FAILURE, "%s", err_last());
+  notify_peers(t);
 }
 
 /* A failed MPI call breaks the transport: the peers may be waiting for this rank. */
-static gcclResult_t fail_mpi(struct mpi_tp* t, int rc, const char* call) {
+gcclResult_t mpi_tp_fail_mpi(struct mpi_tp* t, int rc, const char* call) {
   gcclResult_t res = mpi_error(rc, call);
-  break_transport(t, res, BY_FAILURE, "%s", err_last());
-  notify_peers(t);
+  mpi_tp_fail(t, res);
   return res;
 }
-
-/* A request that failed breaks the transport: its lane is out of step, and the
- * peers may be waiting for this rank. */
-static void req_fail(struct mpi_tp* t, int h, gcclResult_t res);
 
 /* A wait that ran out of time breaks the transport and tells the peers. */
 static gcclResult_t time_out(struct mpi_tp* t, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static gcclResult_t time_out(struct mpi_tp* t, const char* fmt, ...) {
-  char what[160];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(what, sizeof what, fmt, ap);
+  gcclResult_t res = deadline_expired(t->base.rank, t->timeout_ns, fmt, ap);
   va_end(ap);
-  gcclResult_t res = err_set(gcclTimeout, "rank %d waited %lld ms for %s (GCCL_TIMEOUT_MS)", t->base.rank,
-                             (long long)(t->timeout_ns / 1000000), what);
-  break_transport(t, gcclTimeout, BY_FAILURE, "%s", err_last());
-  notify_peers(t);
+  mpi_tp_fail(t, gcclTimeout);
   return res;
-}
-
-/* ---- requests and lanes ---------------------------------------------------------- */
-
-static gcclResult_t req_alloc(struct mpi_tp* t, int* h) {
-  if (t->free_head < 0) {
-    int grown = 2 * t->pool_size;
-    struct mt_req* pool = realloc(t->pool, (size_t)grown * sizeof *pool);
-    if (!pool) return err_set(gcclSystemError, "out of memory growing the MPI request pool to %d", grown);
-    memset(pool + t->pool_size, 0, (size_t)(grown - t->pool_size) * sizeof *pool);
-    for (int i = t->pool_size; i < grown; i++) pool[i].next = i + 1 < grown ? i + 1 : -1;
-    t->free_head = t->pool_size;
-    t->pool = pool;
-    t->pool_size = grown;
-  }
-  *h = t->free_head;
-  t->free_head = t->pool[*h].next;
-  return gcclSuccess;
-}
-
-static void req_release(struct mpi_tp* t, int h) {
-  t->pool[h].state = MT_FREE;
-  t->pool[h].next = t->free_head;
-  t->free_head = h;
-}
-
-static struct mt_lane* lane_of(struct mpi_tp* t, const struct mt_req* r) {
-  return &t->lanes[2 * r->peer + (r->is_send ? 0 : 1)];
-}
-
-/* Gives MPI the request's next chunk: at most chunk_bytes of what is left. */
-static int post_chunk(struct mpi_tp* t, struct mt_req* r) {
-  size_t left = r->bytes - r->done;
-  size_t n = left < t->chunk_bytes ? left : t->chunk_bytes;
-  r->posted = n;
-  r->last = n < t->chunk_bytes; /* a full chunk is always followed by another, maybe empty */
-  r->state = MT_ACTIVE;
-  char* at = r->buf ? r->buf + r->done : NULL; /* a message of 0 bytes may have no buffer */
-  if (r->is_send) return MPI_Isend(at, (int)n, MPI_BYTE, r->peer, TAG_DATA, t->comm, &r->mreq);
-  return MPI_Irecv(at, (int)n, MPI_BYTE, r->peer, TAG_DATA, t->comm, &r->mreq);
-}
-
-static void blockers_remove(struct mpi_tp* t, int h) {
-  for (int i = 0; i < t->nblockers; i++)
-    if (t->blockers[i] == h) {
-      t->blockers[i] = t->blockers[--t->nblockers];
-      return;
-    }
-}
-
-static void lane_drain(struct mpi_tp* t, struct mt_lane* lane);
-
-/* Completes request h with `res`; a lane it blocked moves on when it succeeded.
- * After a failure the lane stays blocked: the pair's stream is out of step, and
- * the transport is broken anyway. */
-static void req_complete(struct mpi_tp* t, int h, gcclResult_t res) {
-  struct mt_req* r = &t->pool[h];
-  r->state = MT_DONE;
-  r->result = res;
-  r->mreq = MPI_REQUEST_NULL;
-  struct mt_lane* lane = lane_of(t, r);
-  if (lane->blocker != h) return;
-  blockers_remove(t, h);
-  if (res != gcclSuccess) return; /* still the blocker: the queue never starts */
-  lane->blocker = -1;
-  lane_drain(t, lane);
-}
-
-static void req_fail(struct mpi_tp* t, int h, gcclResult_t res) {
-  break_transport(t, res, BY_FAILURE, "%s", err_last());
-  notify_peers(t);
-  req_complete(t, h, res);
-}
-
-/* Posts the first chunk of request h; one with more to come blocks its lane. */
-static gcclResult_t req_start(struct mpi_tp* t, struct mt_lane* lane, int h) {
-  struct mt_req* r = &t->pool[h];
-  int rc = post_chunk(t, r);
-  if (rc != MPI_SUCCESS) return fail_mpi(t, rc, r->is_send ? "MPI_Isend" : "MPI_Irecv");
-  if (!r->last) {
-    lane->blocker = h;
-    t->blockers[t->nblockers++] = h;
-  }
-  return gcclSuccess;
-}
-
-/* Starts the queued requests of a lane whose blocker posted its last chunk, in
- * order, until one of them blocks it again. */
-static void lane_drain(struct mpi_tp* t, struct mt_lane* lane) {
-  while (lane->blocker < 0 && lane->head >= 0) {
-    int h = lane->head;
-    lane->head = t->pool[h].next;
-    if (lane->head < 0) lane->tail = -1;
-    gcclResult_t res = req_start(t, lane, h);
-    if (res != gcclSuccess) req_fail(t, h, res);
-  }
-}
-
-/* Tests request h's chunk in flight; when it completed, accounts for it and
- * posts the next chunk or completes the request. */
-static void req_advance(struct mpi_tp* t, int h) {
-  struct mt_req* r = &t->pool[h];
-  if (r->state != MT_ACTIVE) return;
-  int flag = 0;
-  MPI_Status st;
-  int rc = MPI_Test(&r->mreq, &flag, &st);
-  if (rc != MPI_SUCCESS) {
-    char call[64];
-    snprintf(call, sizeof call, "MPI_Test of a %s rank %d", r->is_send ? "send to" : "receive from", r->peer);
-    req_fail(t, h, mpi_error(rc, call));
-    return;
-  }
-  if (!flag) return;
-  size_t got = r->posted;
-  if (!r->is_send) {
-    int count = 0;
-    MPI_Get_count(&st, MPI_BYTE, &count);
-    got = (size_t)count;
-  }
-  if (!r->got && got != r->posted) {
-    req_fail(t, h,
-             err_set(gcclInternalError, "rank %d sent a message of another size than the %zu bytes rank %d expected",
-                     r->peer, r->bytes, t->base.rank));
-    return;
-  }
-  r->done += got;
-  int ends = r->got ? got < t->chunk_bytes : r->last;
-  if (ends) {
-    if (r->got) *r->got = r->done;
-    req_complete(t, h, gcclSuccess);
-    return;
-  }
-  rc = post_chunk(t, r);
-  if (rc != MPI_SUCCESS) {
-    req_fail(t, h, mpi_error(rc, r->is_send ? "MPI_Isend" : "MPI_Irecv"));
-    return;
-  }
-  struct mt_lane* lane = lane_of(t, r);
-  if (r->last && lane->blocker == h) {
-    blockers_remove(t, h);
-    lane->blocker = -1;
-    lane_drain(t, lane);
-  }
-}
-
-/* Moves every lane's chunked message along. Walks down, so that entries moved
- * or added by req_advance are not visited twice. */
-static void poll_lanes(struct mpi_tp* t) {
-  for (int i = t->nblockers - 1; i >= 0; i--)
-    if (i < t->nblockers) req_advance(t, t->blockers[i]);
 }
 
 /* One round of a loop that waits for something started at start_ns: gcclRemoteError
@@ -393,67 +162,25 @@ static void poll_lanes(struct mpi_tp* t) {
  * (nothing recorded: the caller says what it waited for) past the timeout;
  * otherwise gives the core away for a moment. */
 static gcclResult_t poll_step(struct mpi_tp* t, int64_t start_ns) {
-  poll_lanes(t);
+  mpi_lanes_poll(t);
   control_poll(t);
   notify_peers(t); /* below MPI_THREAD_MULTIPLE an abort leaves it to this thread */
-  if (atomic_load(&t->reason) != gcclSuccess) return fail_broken(t);
-  int64_t waited = clock_now_ns() - start_ns;
-  if (waited >= t->timeout_ns) return gcclTimeout;
-  if (waited < t->spin_ns) {
-    sched_yield();
-  } else {
-    struct timespec nap = {0, MT_NAP_NS};
-    nanosleep(&nap, NULL);
-  }
-  return gcclSuccess;
+  if (tp_break_reason(&t->brk) != gcclSuccess) return fail_broken(t);
+  return deadline_pause(start_ns, clock_now_ns(), t->timeout_ns, t->spin_ns, MT_NAP_NS);
 }
 
 /* ---- transport operations -------------------------------------------------------- */
 
-static gcclResult_t submit(struct mpi_tp* t, int is_send, int peer, const void* buf, size_t bytes, size_t* got,
-                           tp_req* out) {
-  if (atomic_load(&t->reason) != gcclSuccess) return fail_broken(t);
-  if (peer < 0 || peer >= t->base.nranks)
-    return err_set(gcclInternalError, "MPI transport: peer %d is not in [0, %d)", peer, t->base.nranks);
-  int h = -1;
-  GCCL_CHECK(req_alloc(t, &h));
-  struct mt_req* r = &t->pool[h];
-  *r = (struct mt_req){.is_send = is_send,
-                       .peer = peer,
-                       .next = -1,
-                       .buf = (char*)(uintptr_t)buf,
-                       .bytes = bytes,
-                       .got = got,
-                       .mreq = MPI_REQUEST_NULL};
-  struct mt_lane* lane = lane_of(t, r);
-  if (lane->blocker >= 0) { /* behind a chunked message: queued */
-    r->state = MT_DEFERRED;
-    if (lane->tail >= 0)
-      t->pool[lane->tail].next = h;
-    else
-      lane->head = h;
-    lane->tail = h;
-  } else {
-    gcclResult_t res = req_start(t, lane, h);
-    if (res != gcclSuccess) {
-      req_release(t, h);
-      return res;
-    }
-  }
-  *out = h;
-  return gcclSuccess;
-}
-
 static gcclResult_t mt_isend(struct transport* tp, int peer, const void* buf, size_t bytes, tp_req* req) {
-  return submit(mt(tp), 1, peer, buf, bytes, NULL, req);
+  return mpi_lanes_submit(mt(tp), 1, peer, buf, bytes, NULL, req);
 }
 
 static gcclResult_t mt_irecv(struct transport* tp, int peer, void* buf, size_t bytes, tp_req* req) {
-  return submit(mt(tp), 0, peer, buf, bytes, NULL, req);
+  return mpi_lanes_submit(mt(tp), 0, peer, buf, bytes, NULL, req);
 }
 
 static gcclResult_t mt_irecv_upto(struct transport* tp, int peer, void* buf, size_t cap, size_t* got, tp_req* req) {
-  return submit(mt(tp), 0, peer, buf, cap, got, req);
+  return mpi_lanes_submit(mt(tp), 0, peer, buf, cap, got, req);
 }
 
 /* A request that fails stays with MPI until cancel_all withdraws it (its buffer
@@ -461,20 +188,17 @@ static gcclResult_t mt_irecv_upto(struct transport* tp, int peer, void* buf, siz
 static gcclResult_t mt_wait(struct transport* tp, tp_req h) {
   struct mpi_tp* t = mt(tp);
   if (h < 0 || h >= t->pool_size || t->pool[h].state == MT_FREE) {
-    if (atomic_load(&t->reason) != gcclSuccess) return fail_broken(t);
+    if (tp_break_reason(&t->brk) != gcclSuccess) return fail_broken(t);
     return err_set(gcclInternalError, "MPI transport: wait on request %d, which is not pending", h);
   }
   int64_t start = clock_now_ns();
   for (;;) {
-    req_advance(t, h);
+    mpi_lanes_advance(t, h);
     struct mt_req* r = &t->pool[h];
     if (r->state == MT_DONE) {
       gcclResult_t res = r->result;
-      req_release(t, h);
-      if (res != gcclSuccess && atomic_load(&t->reason) == gcclSuccess) {
-        break_transport(t, res, BY_FAILURE, "%s", err_last());
-        notify_peers(t);
-      }
+      mpi_lanes_release(t, h);
+      if (res != gcclSuccess && tp_break_reason(&t->brk) == gcclSuccess) mpi_tp_fail(t, res);
       return res;
     }
     gcclResult_t res = poll_step(t, start);
@@ -493,7 +217,7 @@ static gcclResult_t wait_collective(struct mpi_tp* t, const char* name) {
   for (;;) {
     int flag = 0;
     int rc = MPI_Test(&t->coll_req, &flag, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) return fail_mpi(t, rc, name);
+    if (rc != MPI_SUCCESS) return mpi_tp_fail_mpi(t, rc, name);
     if (flag) return gcclSuccess;
     gcclResult_t res = poll_step(t, start);
     if (res == gcclTimeout) return time_out(t, "every rank to join %s", name);
@@ -506,10 +230,10 @@ static gcclResult_t wait_collective(struct mpi_tp* t, const char* name) {
 static gcclResult_t mt_allgather_small(struct transport* tp, const void* in, size_t bytes, void* out) {
   struct mpi_tp* t = mt(tp);
   if (bytes > TP_SMALL_MAX) return err_set(gcclInternalError, "allgather_small of %zu bytes", bytes);
-  if (atomic_load(&t->reason) != gcclSuccess) return fail_broken(t);
+  if (tp_break_reason(&t->brk) != gcclSuccess) return fail_broken(t);
   if (bytes) memcpy(t->small_in, in, bytes);
   int rc = MPI_Iallgather(t->small_in, (int)bytes, MPI_BYTE, t->small_out, (int)bytes, MPI_BYTE, t->comm, &t->coll_req);
-  if (rc != MPI_SUCCESS) return fail_mpi(t, rc, "MPI_Iallgather");
+  if (rc != MPI_SUCCESS) return mpi_tp_fail_mpi(t, rc, "MPI_Iallgather");
   GCCL_CHECK(wait_collective(t, "MPI_Iallgather"));
   if (bytes) memcpy(out, t->small_out, bytes * (size_t)tp->nranks);
   return gcclSuccess;
@@ -517,9 +241,9 @@ static gcclResult_t mt_allgather_small(struct transport* tp, const void* in, siz
 
 static gcclResult_t mt_barrier(struct transport* tp) {
   struct mpi_tp* t = mt(tp);
-  if (atomic_load(&t->reason) != gcclSuccess) return fail_broken(t);
+  if (tp_break_reason(&t->brk) != gcclSuccess) return fail_broken(t);
   int rc = MPI_Ibarrier(t->comm, &t->coll_req);
-  if (rc != MPI_SUCCESS) return fail_mpi(t, rc, "MPI_Ibarrier");
+  if (rc != MPI_SUCCESS) return mpi_tp_fail_mpi(t, rc, "MPI_Ibarrier");
   return wait_collective(t, "MPI_Ibarrier");
 }
 
@@ -546,7 +270,7 @@ static int settle(MPI_Request* reqs, int n, int64_t deadline_ns) {
 }
 
 static int64_t settle_deadline(struct mpi_tp* t) {
-  return clock_now_ns() + (t->timeout_ns < MT_SETTLE_NS ? t->timeout_ns : MT_SETTLE_NS);
+  return deadline_after(t->timeout_ns, MT_SETTLE_NS);
 }
 
 /* Cancels every request given to MPI and gives them a bounded time to settle;
@@ -585,7 +309,7 @@ static void mt_abort(struct transport* tp, gcclResult_t reason) {
 static gcclResult_t mt_broken(struct transport* tp) {
   struct mpi_tp* t = mt(tp);
   if (t->thread_level >= MPI_THREAD_MULTIPLE) control_poll(t);
-  return (gcclResult_t)atomic_load(&t->reason);
+  return tp_break_reason(&t->brk);
 }
 
 static void mt_free(struct mpi_tp* t, int keep_small_buffers) {
@@ -633,7 +357,7 @@ static void mt_destroy(struct transport* tp) {
 
 static void mt_progress(struct transport* tp) {
   struct mpi_tp* t = mt(tp);
-  poll_lanes(t);
+  mpi_lanes_poll(t);
   control_poll(t); /* its MPI_Test drives MPI's progress engine */
 }
 

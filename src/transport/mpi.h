@@ -18,7 +18,7 @@
 
 #include <mpi.h>
 
-#include "transport.h"
+#include "transport/transport.h"
 
 #define MPI_TP_CHUNK_BYTES_DEFAULT ((size_t)1 << 30)
 

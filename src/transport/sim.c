@@ -38,16 +38,15 @@
 #include "transport/sim.h"
 
 #include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "common/clock.h"
-#include "common/env.h"
 #include "common/log.h"
 #include "common/result.h"
+#include "transport/refcount.h"
 
 /* Intra-node messages move at memory speed: one core's memcpy on a server reaches
  * about 10 GB/s. Cheap but not free, so a hierarchical algorithm still pays for
@@ -83,7 +82,7 @@ struct sim_rx {
 
 struct sim_world {
   pthread_mutex_t mu; /* guards everything below and every rank's bytes_sent */
-  int refs;
+  struct refcount refs;
   int nranks;
   int nodes;
   struct sim_config cfg;
@@ -130,34 +129,6 @@ static double dmax(double a, double b) {
   return a > b ? a : b;
 }
 
-/* ---- configuration ------------------------------------------------------------ */
-
-/* *out = the value of `name` if it is a finite non-negative number; 1 if so. */
-static int env_double(const char* name, double* out) {
-  const char* s = env_str(name);
-  if (!s) return 0;
-  char* end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || *end || !(v >= 0) || isinf(v)) {
-    GCCL_WARN("ignoring %s=%s: not a non-negative number", name, s);
-    return 0;
-  }
-  *out = v;
-  return 1;
-}
-
-int sim_config_from_env(struct sim_config* cfg, int ranks_per_node) {
-  double gbps = 0, us = 0;
-  int has_rate = env_double("GCCL_SIM_LINK_GBPS", &gbps);
-  int has_latency = env_double("GCCL_SIM_LINK_US", &us);
-  cfg->ranks_per_node = ranks_per_node > 0 ? ranks_per_node : 1;
-  cfg->link_bytes_per_s = gbps * 1e9 / 8;
-  cfg->latency_s = us * 1e-6;
-  cfg->pace = env_int("GCCL_SIM_LINK_PACE", 1) != 0;
-  return has_rate || has_latency;
-}
-
 /* ---- world ---------------------------------------------------------------------- */
 
 /* Frees a world and whatever parts of it were allocated (calloc'd, so the rest are NULL). */
@@ -191,7 +162,7 @@ gcclResult_t sim_world_create(struct sim_world** out, int nranks, const struct s
     return err_set(gcclSystemError, "out of memory creating the link model of %d ranks", nranks);
   }
   pthread_mutex_init(&w->mu, NULL);
-  w->refs = 1;
+  refcount_init(&w->refs, 1);
   w->cfg = *cfg;
   w->nodes = (nranks + cfg->ranks_per_node - 1) / cfg->ranks_per_node;
   w->first_cap = 2 * (size_t)(32 + 4 * nranks);
@@ -200,18 +171,8 @@ gcclResult_t sim_world_create(struct sim_world** out, int nranks, const struct s
   return gcclSuccess;
 }
 
-static void sim_world_ref(struct sim_world* w) {
-  pthread_mutex_lock(&w->mu);
-  w->refs++;
-  pthread_mutex_unlock(&w->mu);
-}
-
 void sim_world_unref(struct sim_world* w) {
-  if (!w) return;
-  pthread_mutex_lock(&w->mu);
-  int last = --w->refs == 0;
-  pthread_mutex_unlock(&w->mu);
-  if (!last) return;
+  if (!w || !refcount_drop(&w->refs)) return;
   pthread_mutex_destroy(&w->mu);
   sim_world_free(w);
 }
@@ -557,7 +518,7 @@ gcclResult_t sim_transport_create(struct transport** out, struct transport* inne
   t->inner = inner;
   t->w = w;
   t->vt = &w->vt[inner->rank];
-  sim_world_ref(w);
+  refcount_take(&w->refs);
   if (inner->rank == 0)
     GCCL_INFO(LOG_INIT | LOG_TRANSPORT,
               "link model: %d ranks on %d virtual nodes of %d, link %.6g Gbit/s%s, latency %.6g us, "
@@ -575,7 +536,8 @@ gcclResult_t sim_transport_join(struct transport** out, struct transport* inner,
   gcclResult_t made = gcclSuccess;
   if (inner->rank == 0) {
     made = sim_world_create(&mine, inner->nranks, cfg);
-    if (made == gcclSuccess) mine->refs = inner->nranks; /* one reference per rank, taken below */
+    /* One reference per rank, taken below. */
+    if (made == gcclSuccess) refcount_init(&mine->refs, inner->nranks);
   }
   struct sim_world* all[inner->nranks];
   gcclResult_t res = inner->ops->allgather_small(inner, &mine, sizeof mine, all);

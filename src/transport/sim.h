@@ -15,7 +15,7 @@
 
 #include <stdint.h>
 
-#include "transport.h"
+#include "transport/transport.h"
 
 struct sim_config {
   int ranks_per_node;

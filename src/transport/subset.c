@@ -7,12 +7,12 @@
  * posts one message to and from every other member, and the barrier is an
  * allgather_small of a one-byte token (a member leaves only once every member
  * has arrived). */
-#include "subset.h"
+#include "transport/subset.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/result.h"
+#include "common/result.h"
 
 struct subset_tp {
   struct transport base;

@@ -10,7 +10,7 @@
 #ifndef GCCL_TRANSPORT_SUBSET_H
 #define GCCL_TRANSPORT_SUBSET_H
 
-#include "transport.h"
+#include "transport/transport.h"
 
 /* Creates the view of `parent` on members[0, n) (distinct parent ranks, the
  * parent's own rank among them; members is copied). destroy frees only the view.

@@ -1,5 +1,5 @@
 /* transport.c — blocking primitives built from the non-blocking ones. */
-#include "transport.h"
+#include "transport/transport.h"
 
 gcclResult_t tp_waitall(struct transport* tp, const tp_req* reqs, int n) {
   gcclResult_t first = gcclSuccess;

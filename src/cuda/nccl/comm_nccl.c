@@ -9,8 +9,8 @@
 #include "core/argcheck.h"
 #include "core/comm.h"
 #include "cuda/nccl/nccl_api.h"
-#include "cuda/nccl/nccl_transport.h"
 #include "gccl_nccl.h"
+#include "transport/nccl.h"
 #include "transport/sim.h"
 
 /* The timeout of a rank whose comm_alloc failed (it has no GCCL_TIMEOUT_MS

@@ -1,12 +1,12 @@
 /* nccl_api.c — the NCCL function table (nccl_api.h). */
-#include "nccl_api.h"
+#include "cuda/nccl/nccl_api.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "../../common/result.h"
+#include "common/result.h"
 
 /* ncclCommSplit appeared in NCCL 2.18. */
 #define NCCL_API_MIN_VERSION 21800

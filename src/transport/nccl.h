@@ -1,4 +1,4 @@
-/* nccl_transport.h — the NCCL transport: gccl's messages between the GPUs of an
+/* nccl.h — the NCCL transport: gccl's messages between the GPUs of an
  * NCCL communicator, with ncclSend / ncclRecv (built with CUDA and nccl.h).
  *
  * NCCL's point-to-point calls do not have the semantics the schedules are
@@ -34,12 +34,12 @@
  * Threads: one thread at a time drives a transport (every operation but abort
  * and broken, which only set and read a flag, from any thread). Each operation
  * makes the NCCL communicator's device current and restores the caller's. */
-#ifndef GCCL_CUDA_NCCL_TRANSPORT_H
-#define GCCL_CUDA_NCCL_TRANSPORT_H
+#ifndef GCCL_TRANSPORT_NCCL_H
+#define GCCL_TRANSPORT_NCCL_H
 
 #include <nccl.h>
 
-#include "../../transport/transport.h"
+#include "transport/transport.h"
 
 /* Creates this rank's endpoint on the NCCL communicator `user`, which it only
  * splits (the caller keeps it and may destroy it at once). Collective over
