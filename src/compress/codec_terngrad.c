@@ -30,28 +30,18 @@
  * validate: exact size, every scale finite with its sign bit clear, no code 3,
  * pad bits zero.
  * The per-element arithmetic is in codec_math.h (tern_*), shared with the CUDA
- * kernels; the AVX2 paths compute the same bits as the scalar ones (tested).
+ * kernels; the loops around a bucket are bucket.h's; the AVX2 paths
+ * (codec_terngrad_avx2.c) compute the same bits as the scalar ones (tested).
  */
-#include <immintrin.h>
-#include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "common/result.h"
 #include "compress/bucket.h"
+#include "compress/bucket_avx2.h"
 #include "compress/codec.h"
 #include "compress/codec_math.h"
 #include "compress/codec_util.h"
-#include "compress/crc32c.h"
 #include "compress/rng.h"
-
-/* Elements decoded at a time into a stack buffer (4 KiB, stays in L1); a multiple
- * of 8 so chunks start on a whole code byte in both kernels. */
-#define TERN_DECODE_CHUNK 1024
-
-/* The payload CRC is extended every this many bytes, while they are still in L1
- * (a second pass over the payload would read it back from L3). */
-#define TERN_CRC_SPAN 4096
 
 /* Both paths with the SIMD choice made by the caller (simd = 0: portable scalar;
  * 1: AVX2 when the CPU has it), so tests can compare their bytes. */
@@ -60,26 +50,8 @@ gcclResult_t terngrad_encode_path(struct encode_ctx* ctx, const float* x, float*
 gcclResult_t terngrad_decode_path(const struct frame_header* h, const unsigned char* payload, const uint64_t* exc,
                                   size_t nexc, void* dst, int simd);
 
-static int have_avx2(void) {
-  return __builtin_cpu_supports("avx2");
-}
-
-/* Payload bytes for count elements in buckets of `bucket`; 0 if that overflows. */
-static int tern_payload_size(uint64_t count, uint64_t bucket, uint64_t* out) {
-  return bucket_payload_size(count, bucket, 4, 2, out);
-}
-
 static size_t tern_payload_bound(const struct codec_spec* s, size_t n) {
   return bucket_payload_bound(n, s->bucket, 4, 2);
-}
-
-/* Bit j (< 16) of b moved to bit 2j. */
-static uint32_t spread16(uint32_t b) {
-  b = (b | (b << 8)) & 0x00FF00FFu;
-  b = (b | (b << 4)) & 0x0F0F0F0Fu;
-  b = (b | (b << 2)) & 0x33333333u;
-  b = (b | (b << 1)) & 0x55555555u;
-  return b;
 }
 
 /* ---- portable scalar kernels --------------------------------------------------- */
@@ -99,204 +71,6 @@ static void tern_expand_scalar(const unsigned char* codes, size_t m, float scale
   for (size_t j = 0; j < m; j++) out[j] = tern_value(tern_get_code(codes, j), scale);
 }
 
-/* ---- AVX2 kernels (bit-identical to the scalar ones) ----------------------------- */
-
-/* *scale = max_abs(v, m); returns 0 if some v[j] is not finite. */
-__attribute__((target("avx2"))) static int tern_max_avx2(const float* v, size_t m, float* scale) {
-  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-  const __m256i maxfin = _mm256_set1_epi32(0x7F7FFFFF);
-  __m256 mx0 = _mm256_setzero_ps(), mx1 = _mm256_setzero_ps();
-  __m256i bad = _mm256_setzero_si256();
-  size_t i = 0;
-  for (; i + 16 <= m; i += 16) {
-    __m256 a = _mm256_and_ps(_mm256_loadu_ps(v + i), absmask);
-    __m256 b = _mm256_and_ps(_mm256_loadu_ps(v + i + 8), absmask);
-    bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(_mm256_castps_si256(a), maxfin));
-    bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(_mm256_castps_si256(b), maxfin));
-    mx0 = _mm256_max_ps(mx0, a);
-    mx1 = _mm256_max_ps(mx1, b);
-  }
-  float mx = 0.0f;
-  float lanes[8];
-  _mm256_storeu_ps(lanes, _mm256_max_ps(mx0, mx1));
-  for (int j = 0; j < 8; j++) mx = lanes[j] > mx ? lanes[j] : mx;
-  uint32_t tailbad = 0;
-  for (; i < m; i++) {
-    float a = fabsf(v[i]);
-    uint32_t u;
-    memcpy(&u, &a, 4);
-    tailbad |= u > 0x7F7FFFFFu;
-    mx = a > mx ? a : mx;
-  }
-  *scale = mx;
-  return _mm256_testz_si256(bad, bad) && !tailbad;
-}
-
-__attribute__((target("avx2"))) static inline __m256i fmix32_avx2(__m256i x) {
-  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
-  x = _mm256_mullo_epi32(x, _mm256_set1_epi32((int)0x85EBCA6Bu));
-  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 13));
-  x = _mm256_mullo_epi32(x, _mm256_set1_epi32((int)0xC2B2AE35u));
-  return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
-}
-
-/* rng_u32(key, g) for the 8 indices g whose low halves are in glo, all with the
- * same high half: hi = (uint32_t)(key >> 32) + (uint32_t)(g >> 32) * 0x9E3779B1. */
-__attribute__((target("avx2"))) static inline __m256i rng_u32_avx2(__m256i glo, __m256i klo, __m256i hi) {
-  return fmix32_avx2(_mm256_xor_si256(fmix32_avx2(_mm256_xor_si256(glo, klo)), hi));
-}
-
-/* Nonzero (bit j of *nz) and negative (bit j of *neg) codes of 8 elements at v
- * (their indices' low halves in glo); with resid, their residuals. */
-__attribute__((target("avx2"))) static inline void tern_codes8_avx2(const float* v, __m256i glo, __m256i klo,
-                                                                    __m256i hi, __m256 pos, __m256 neg, float* resid,
-                                                                    uint32_t* nzbits, uint32_t* negbits) {
-  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-  __m256 a = _mm256_loadu_ps(v);
-  __m256i r = rng_u32_avx2(glo, klo, hi);
-  __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(r, 8)), _mm256_set1_ps(0x1p-24f));
-  __m256 nz = _mm256_cmp_ps(_mm256_mul_ps(u, pos), _mm256_and_ps(a, absmask), _CMP_LT_OQ);
-  if (resid) {
-    __m256 d = _mm256_and_ps(nz, _mm256_blendv_ps(pos, neg, a));
-    _mm256_storeu_ps(resid, _mm256_sub_ps(a, d));
-  }
-  *nzbits = (uint32_t)_mm256_movemask_ps(nz);
-  *negbits = (uint32_t)_mm256_movemask_ps(a);
-}
-
-/* The AVX2 kernel assumes the bucket's indices share their high half; a bucket
- * that crosses a multiple of 2^32 (one per 2^32 elements) takes the scalar one. */
-__attribute__((target("avx2"))) static void tern_codes_avx2(const float* v, size_t m, uint64_t base, uint64_t key,
-                                                            float scale, unsigned char* codes, float* resid) {
-  if ((base >> 32) != ((base + m - 1) >> 32)) {
-    tern_codes_scalar(v, m, base, key, scale, codes, resid);
-    return;
-  }
-  const __m256 pos = _mm256_set1_ps(scale), neg = _mm256_set1_ps(-scale);
-  const __m256i klo = _mm256_set1_epi32((int)(uint32_t)key);
-  const __m256i hi = _mm256_set1_epi32((int)((uint32_t)(key >> 32) + (uint32_t)(base >> 32) * 0x9E3779B1u));
-  const __m256i eight = _mm256_set1_epi32(8), sixteen = _mm256_set1_epi32(16);
-  __m256i glo = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)base), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  size_t j = 0;
-  uint32_t n0, s0, n1, s1;
-  for (; j + 16 <= m; j += 16) { /* two independent chains hide the multiply latency */
-    tern_codes8_avx2(v + j, glo, klo, hi, pos, neg, resid ? resid + j : NULL, &n0, &s0);
-    tern_codes8_avx2(v + j + 8, _mm256_add_epi32(glo, eight), klo, hi, pos, neg, resid ? resid + j + 8 : NULL, &n1,
-                     &s1);
-    uint32_t n = n0 | n1 << 8, s = s0 | s1 << 8;
-    put_u32le(codes + j / 4, spread16(n & ~s) | spread16(n & s) << 1);
-    glo = _mm256_add_epi32(glo, sixteen);
-  }
-  for (; j + 8 <= m; j += 8) {
-    tern_codes8_avx2(v + j, glo, klo, hi, pos, neg, resid ? resid + j : NULL, &n0, &s0);
-    uint32_t w = spread16(n0 & ~s0) | spread16(n0 & s0) << 1;
-    codes[j / 4] = (unsigned char)w;
-    codes[j / 4 + 1] = (unsigned char)(w >> 8);
-    glo = _mm256_add_epi32(glo, eight);
-  }
-  if (j < m) tern_codes_scalar(v + j, m - j, base + j, key, scale, codes + j / 4, resid ? resid + j : NULL);
-}
-
-/* out[j] = dec of code j: +0.0 for 0, else scale with its sign flipped for 2. */
-__attribute__((target("avx2"))) static inline __m256 tern_expand8_avx2(const unsigned char* c2, __m256 sc) {
-  const __m256i shifts = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
-  const __m256i three = _mm256_set1_epi32(3), two = _mm256_set1_epi32(2);
-  __m256i w = _mm256_set1_epi32((int)((uint32_t)c2[0] | (uint32_t)c2[1] << 8));
-  __m256i c = _mm256_and_si256(_mm256_srlv_epi32(w, shifts), three);
-  __m256i zero = _mm256_cmpeq_epi32(c, _mm256_setzero_si256());
-  __m256i flip = _mm256_slli_epi32(_mm256_cmpeq_epi32(c, two), 31);
-  return _mm256_andnot_ps(_mm256_castsi256_ps(zero), _mm256_xor_ps(sc, _mm256_castsi256_ps(flip)));
-}
-
-__attribute__((target("avx2"))) static void tern_expand_avx2(const unsigned char* codes, size_t m, float scale,
-                                                             float* out) {
-  const __m256 sc = _mm256_set1_ps(scale);
-  size_t j = 0;
-  for (; j + 8 <= m; j += 8) _mm256_storeu_ps(out + j, tern_expand8_avx2(codes + j / 4, sc));
-  if (j < m) tern_expand_scalar(codes + j / 4, m - j, scale, out + j);
-}
-
-/* dst[j] += dec[j] for fp32 dst without a stack round trip (same adds as block_accumulate). */
-__attribute__((target("avx2"))) static void tern_expand_add_f32_avx2(const unsigned char* codes, size_t m, float scale,
-                                                                     float* dst) {
-  const __m256 sc = _mm256_set1_ps(scale);
-  size_t j = 0;
-  for (; j + 8 <= m; j += 8)
-    _mm256_storeu_ps(dst + j, _mm256_add_ps(_mm256_loadu_ps(dst + j), tern_expand8_avx2(codes + j / 4, sc)));
-  for (; j < m; j++) dst[j] += tern_value(tern_get_code(codes, j), scale);
-}
-
-/* ---- encode ---------------------------------------------------------------------- */
-
-static gcclResult_t tern_encode_bucket(struct encode_ctx* ctx, struct bucket_state* st, const float* x, float* resid,
-                                       size_t m, uint64_t base, unsigned char* out, int simd) {
-  struct exc_list* exc = ctx->exc;
-  const float* v = x;
-  float scale = 0.0f;
-  size_t nexc0 = exc->n;
-  int finite = simd ? tern_max_avx2(x, m, &scale) : all_finite(x, m);
-  if (!finite) {
-    GCCL_CHECK(sanitize_block(x, m, base, st->tmp, exc));
-    v = st->tmp;
-    if (simd) tern_max_avx2(v, m, &scale);
-  }
-  if (!simd) scale = max_abs(v, m);
-  if (!f32_finite(scale)) {
-    GCCL_CHECK(exc_push_range(exc, base, m));
-    put_f32(out, 0.0f);
-    memset(out + 4, 0, (m + 3) / 4);
-    if (resid) memset(resid, 0, m * sizeof(float));
-    return gcclSuccess;
-  }
-  put_f32(out, scale);
-  if (simd)
-    tern_codes_avx2(v, m, base, ctx->key, scale, out + 4, resid);
-  else
-    tern_codes_scalar(v, m, base, ctx->key, scale, out + 4, resid);
-  if (resid)
-    for (size_t e = nexc0; e < exc->n; e++) resid[exc->idx[e] - base] = 0.0f;
-  return gcclSuccess;
-}
-
-gcclResult_t terngrad_encode_path(struct encode_ctx* ctx, const float* x, float* resid, size_t n,
-                                  unsigned char* payload, size_t* payload_bytes, struct frame_header* h, int simd) {
-  struct bucket_state* st = ctx->state;
-  size_t bucket = ctx->spec->bucket;
-  size_t need = n < bucket ? n : bucket;
-  if (st == NULL || st->cap < need)
-    return err_set(gcclInternalError, "terngrad: codec state made for fewer than %zu elements", need);
-  simd = simd && have_avx2();
-  unsigned char* out = payload;
-  const unsigned char* crc_from = payload;
-  uint32_t crc = 0;
-  for (size_t base = 0; base < n; base += bucket) {
-    size_t m = n - base < bucket ? n - base : bucket;
-    GCCL_CHECK(tern_encode_bucket(ctx, st, x + base, resid ? resid + base : NULL, m, base, out, simd));
-    out += 4 + (m + 3) / 4;
-    if ((size_t)(out - crc_from) >= TERN_CRC_SPAN) {
-      crc = crc32c(crc, crc_from, (size_t)(out - crc_from));
-      crc_from = out;
-    }
-  }
-  ctx->payload_crc = crc32c(crc, crc_from, (size_t)(out - crc_from));
-  ctx->payload_crc_valid = 1;
-  *payload_bytes = (size_t)(out - payload);
-  h->bits = 0;
-  h->bucket = ctx->spec->bucket;
-  h->values = 0;
-  h->k = 0;
-  h->rng_key = 0;
-  h->flags = 0;
-  return gcclSuccess;
-}
-
-static gcclResult_t tern_encode(struct encode_ctx* ctx, const float* x, float* resid, size_t n, unsigned char* payload,
-                                size_t* payload_bytes, struct frame_header* h) {
-  return terngrad_encode_path(ctx, x, resid, n, payload, payload_bytes, h, 1);
-}
-
-/* ---- validate and decode ------------------------------------------------------------ */
-
 /* 1 if some 2-bit code in p[0, nbytes) is 3: a word-at-a-time test of both bits
  * of each pair (pairs never straddle a byte). */
 static int tern_has_code3(const unsigned char* p, size_t nbytes) {
@@ -311,63 +85,114 @@ static int tern_has_code3(const unsigned char* p, size_t nbytes) {
   return acc != 0;
 }
 
-static gcclResult_t tern_validate(const struct frame_header* h, const unsigned char* payload) {
-  uint64_t expect;
-  if (h->bucket == 0) return err_set(gcclCorruptData, "terngrad: bucket 0"); /* frame_validate excludes it too */
-  if (!tern_payload_size(h->count, h->bucket, &expect))
-    return err_set(gcclCorruptData, "terngrad: payload size for %llu elements overflows", (unsigned long long)h->count);
-  if (h->payload_bytes != expect)
-    return err_set(gcclCorruptData, "terngrad: payload is %llu bytes, %llu elements in buckets of %u need %llu",
-                   (unsigned long long)h->payload_bytes, (unsigned long long)h->count, (unsigned)h->bucket,
-                   (unsigned long long)expect);
-  const unsigned char* p = payload;
-  for (uint64_t base = 0; base < h->count; base += h->bucket) {
-    uint64_t m = h->count - base < h->bucket ? h->count - base : h->bucket;
-    uint32_t u = get_u32le(p);
-    if ((u & 0x7F800000u) == 0x7F800000u || (u >> 31))
-      return err_set(gcclCorruptData, "terngrad: bucket at element %llu has scale %g (must be finite and >= +0)",
-                     (unsigned long long)base, (double)get_f32(p));
-    size_t nbytes = (size_t)((m + 3) / 4);
-    if (tern_has_code3(p + 4, nbytes))
-      return err_set(gcclCorruptData, "terngrad: bucket at element %llu holds the illegal code 3",
-                     (unsigned long long)base);
-    if (m % 4 && (p[4 + nbytes - 1] >> (2 * (m % 4))))
-      return err_set(gcclCorruptData, "terngrad: bucket at element %llu has nonzero pad bits",
-                     (unsigned long long)base);
-    p += 4 + nbytes;
+/* ---- the bucket codec (bucket.h) ------------------------------------------------------ */
+
+/* Stats: max |x| (a). */
+static int tern_scan(const float* x, size_t m, int simd, struct bucket_stats* s) {
+#ifdef BUCKET_HAVE_X86
+  if (simd) return tern_max_avx2(x, m, &s->a);
+#else
+  (void)simd;
+#endif
+  if (!all_finite(x, m)) return 0;
+  s->a = max_abs(x, m);
+  return 1;
+}
+
+static void tern_rescan(const float* x, const float* v, size_t m, int simd, struct bucket_stats* s) {
+  (void)x;
+#ifdef BUCKET_HAVE_X86
+  if (simd) {
+    tern_max_avx2(v, m, &s->a);
+    return;
   }
-  return gcclSuccess;
+#else
+  (void)simd;
+#endif
+  s->a = max_abs(v, m);
+}
+
+static int tern_quantize(const struct encode_ctx* ctx, const struct bucket_stats* s, const struct bucket_in* b,
+                         unsigned char* out, const unsigned char* end, int simd) {
+  (void)end;
+  float scale = s->a;
+  if (!f32_finite(scale)) return 0;
+  put_f32(out, scale);
+  size_t done = 0;
+#ifdef BUCKET_HAVE_X86
+  /* The AVX2 kernel assumes the bucket's indices share their high half; a bucket
+   * that crosses a multiple of 2^32 (one per 2^32 elements) takes the scalar one. */
+  if (simd && (b->base >> 32) == ((b->base + b->m - 1) >> 32))
+    done = tern_codes_avx2(b->v, b->m, b->base, ctx->key, scale, out + 4, b->resid);
+#else
+  (void)simd;
+#endif
+  if (done < b->m)
+    tern_codes_scalar(b->v + done, b->m - done, b->base + done, ctx->key, scale, out + 4 + done / 4,
+                      b->resid ? b->resid + done : NULL);
+  return 1;
+}
+
+static gcclResult_t tern_check(const struct frame_header* h, const unsigned char* p, uint64_t m, uint64_t base,
+                               size_t nbytes, const unsigned char* end, int simd) {
+  (void)h, (void)end, (void)simd;
+  GCCL_CHECK(bucket_check_scale("terngrad", p, base));
+  if (tern_has_code3(p + 4, nbytes))
+    return err_set(gcclCorruptData, "terngrad: bucket at element %llu holds the illegal code 3",
+                   (unsigned long long)base);
+  return bucket_check_pad("terngrad", p + 4, m, 2, nbytes, base);
+}
+
+static void tern_param(const unsigned char* meta, unsigned bits, union bucket_param* q) {
+  (void)bits;
+  q->scale = get_f32(meta);
+}
+
+static void tern_expand(const union bucket_param* q, const unsigned char* codes, const unsigned char* end, size_t c,
+                        unsigned bits, float* out, enum bucket_expand mode, int simd) {
+  (void)end, (void)bits;
+#ifdef BUCKET_HAVE_X86
+  if (simd) {
+    tern_expand_avx2(codes, c, q->scale, out, mode);
+    return;
+  }
+#else
+  (void)simd, (void)mode;
+#endif
+  tern_expand_scalar(codes, c, q->scale, out);
+}
+
+static const struct bucket_codec tern_codec = {
+    .name = "terngrad",
+    .meta_bytes = 4,
+    .bits_in_header = 0,
+    .scan = tern_scan,
+    .rescan = tern_rescan,
+    .quantize = tern_quantize,
+    .check = tern_check,
+    .param = tern_param,
+    .expand = tern_expand,
+};
+
+/* ---- codec_ops ------------------------------------------------------------------------ */
+
+gcclResult_t terngrad_encode_path(struct encode_ctx* ctx, const float* x, float* resid, size_t n,
+                                  unsigned char* payload, size_t* payload_bytes, struct frame_header* h, int simd) {
+  return bucket_encode(&tern_codec, ctx, x, resid, n, payload, payload_bytes, h, 2, simd && bucket_have_avx2());
+}
+
+static gcclResult_t tern_encode(struct encode_ctx* ctx, const float* x, float* resid, size_t n, unsigned char* payload,
+                                size_t* payload_bytes, struct frame_header* h) {
+  return terngrad_encode_path(ctx, x, resid, n, payload, payload_bytes, h, 1);
+}
+
+static gcclResult_t tern_validate(const struct frame_header* h, const unsigned char* payload) {
+  return bucket_validate(&tern_codec, h, payload, 2, 0);
 }
 
 gcclResult_t terngrad_decode_path(const struct frame_header* h, const unsigned char* payload, const uint64_t* exc,
                                   size_t nexc, void* dst, int simd) {
-  float v[TERN_DECODE_CHUNK];
-  size_t n = (size_t)h->count, bucket = h->bucket, cursor = 0;
-  simd = simd && have_avx2();
-  const unsigned char* p = payload;
-  for (size_t base = 0; base < n; base += bucket) {
-    size_t m = n - base < bucket ? n - base : bucket;
-    float scale = get_f32(p);
-    const unsigned char* codes = p + 4;
-    for (size_t j = 0; j < m; j += TERN_DECODE_CHUNK) {
-      size_t c = m - j < TERN_DECODE_CHUNK ? m - j : TERN_DECODE_CHUNK;
-      size_t at = base + j;
-      /* An fp32 chunk without exceptions adds in registers: 2.5x faster than the
-       * stack buffer + block_accumulate when dst is in cache. */
-      int clean = cursor >= nexc || exc[cursor] >= at + c;
-      if (simd && clean && h->dtype == gcclFloat32) {
-        tern_expand_add_f32_avx2(codes + j / 4, c, scale, (float*)dst + at);
-        continue;
-      }
-      if (simd)
-        tern_expand_avx2(codes + j / 4, c, scale, v);
-      else
-        tern_expand_scalar(codes + j / 4, c, scale, v);
-      block_accumulate(dst, h->dtype, at, v, c, exc, nexc, &cursor);
-    }
-    p += 4 + (m + 3) / 4;
-  }
-  return gcclSuccess;
+  return bucket_decode(&tern_codec, h, payload, exc, nexc, dst, 2, simd && bucket_have_avx2(), 0);
 }
 
 static gcclResult_t tern_decode_accumulate(const struct frame_header* h, const unsigned char* payload,

@@ -1,4 +1,4 @@
-/* topk_sample.h — approx=1's sampled threshold (codec_topk.c's module comment
+/* topk_sample.h — approx=1's sampled threshold (topk_select.c's module comment
  * says what is kept), shared with the GPU encoder so that both read the same
  * threshold off the same sample. The sample is TOPK_SAMPLE_CHUNKS chunks of
  * TOPK_SAMPLE_LEN elements. */

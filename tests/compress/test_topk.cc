@@ -1,5 +1,5 @@
-// test_topk.cc — top-k (compress/codec_topk.c): exact selection against a sort, approx, values, error feedback,
-// exceptions, zstd, and hostile frames.
+// test_topk.cc — top-k (compress/topk_select.c, codec_topk.c): exact selection against a sort, approx, values, error
+// feedback, exceptions, zstd, and hostile frames.
 #include <gtest/gtest.h>
 
 #include <algorithm>
