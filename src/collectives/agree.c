@@ -7,16 +7,16 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../common/dtype.h"
-#include "../common/result.h"
-#include "../compress/compressor.h"
-#include "coll.h"
+#include "collectives/prims.h"
+#include "common/dtype.h"
+#include "common/result.h"
+#include "compress/compressor.h"
 
 struct coll_desc {
   int32_t kind, dt, op, root, algo, pad;
   uint64_t count;
   uint64_t seq;
-  uint64_t send, recv;         /* buffer addresses: used on a shared address space */
+  uint64_t send, recv; /* buffer addresses: used on a shared address space */
   uint64_t send_bytes, recv_bytes;
   char spec[SPEC_FORMAT_MAX]; /* the compressor's canonical spec; "" for a dense call */
 };
@@ -51,13 +51,19 @@ static gcclResult_t check_cross_rank_overlap(const struct coll_desc* d, int nran
 }
 
 gcclResult_t coll_agree(struct coll_ctx* ctx, const struct coll_args* a, enum coll_algo algo, uint64_t seq) {
-  struct coll_desc mine = {.kind = a->kind, .dt = a->dt, .op = a->op, .root = a->root, .algo = algo,
-                           .count = a->count, .seq = seq,
-                           .send = (uint64_t)(uintptr_t)a->sendbuff, .recv = (uint64_t)(uintptr_t)a->recvbuff};
+  struct coll_desc mine = {.kind = a->kind,
+                           .dt = a->dt,
+                           .op = a->op,
+                           .root = a->root,
+                           .algo = algo,
+                           .count = a->count,
+                           .seq = seq,
+                           .send = (uint64_t)(uintptr_t)a->sendbuff,
+                           .recv = (uint64_t)(uintptr_t)a->recvbuff};
   buffer_bytes(a, ctx->rank, ctx->nranks, &mine.send_bytes, &mine.recv_bytes);
   if (a->comp) snprintf(mine.spec, sizeof mine.spec, "%s", a->comp->spec_text);
   struct coll_desc all[ctx->nranks > 0 ? ctx->nranks : 1];
-  GCCL_CHECK(ctx->tp->ops->allgather_small(ctx->tp, &mine, sizeof mine, all));
+  GCCL_CHECK(prim_allgather_small(ctx->tp, &mine, sizeof mine, all));
 
   /* Compare every rank with rank 0, field by field, in the order a user reads a call. */
   const struct coll_desc* d0 = &all[0];
@@ -83,8 +89,9 @@ gcclResult_t coll_agree(struct coll_ctx* ctx, const struct coll_args* a, enum co
       return err_set(gcclInvalidUsage, "compressor mismatch in %s: rank 0 uses \"%s\", rank %d uses \"%s\"", what,
                      d0->spec[0] ? d0->spec : "(dense)", r, d->spec[0] ? d->spec : "(dense)");
     if (d->algo != d0->algo)
-      return err_set(gcclInvalidUsage, "algorithm mismatch in %s: rank 0 chose %s, rank %d chose %s (set GCCL_ALGO alike)",
-                     what, algo_name(d0->algo), r, algo_name(d->algo));
+      return err_set(gcclInvalidUsage,
+                     "algorithm mismatch in %s: rank 0 chose %s, rank %d chose %s (set GCCL_ALGO alike)", what,
+                     algo_name(d0->algo), r, algo_name(d->algo));
   }
   if (ctx->tp->shares_address_space) {
     GCCL_CHECK(check_cross_rank_overlap(all, ctx->nranks));

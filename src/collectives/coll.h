@@ -1,4 +1,7 @@
-/* coll.h — collectives as schedules over transport primitives, and their dispatch. */
+/* coll.h — a collective call as the layers above see it: its kind, algorithm,
+ * arguments and context, and the entry points of dispatch.c and agree.c. The
+ * algorithms are in algorithms.h, the choice of one in tuner.h, what they are
+ * made of in prims.h. */
 #ifndef GCCL_COLLECTIVES_COLL_H
 #define GCCL_COLLECTIVES_COLL_H
 
@@ -6,8 +9,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../transport/transport.h"
 #include "gccl.h"
+#include "transport/transport.h"
 
 enum coll_kind { COLL_ALLREDUCE = 0, COLL_ALLGATHER, COLL_REDUCESCATTER, COLL_BROADCAST, COLL_REDUCE, COLL_NKINDS };
 
@@ -111,19 +114,6 @@ gcclResult_t coll_workspace(struct coll_ctx* ctx, size_t bytes, void** out);
 /* Frees the workspace (communicator destruction). */
 void coll_workspace_free(struct coll_ctx* ctx);
 
-/* Waits for *req if one is pending (>= 0) and marks it done (-1): for schedules
- * that keep one slot per peer, some of them unused. */
-static inline gcclResult_t coll_wait(struct transport* tp, tp_req* req) {
-  tp_req r = *req;
-  *req = -1;
-  return r < 0 ? gcclSuccess : tp->ops->wait(tp, r);
-}
-
-/* Rounds a byte count up to a multiple of 64, for laying frames out in a workspace. */
-static inline size_t coll_align64(size_t bytes) {
-  return (bytes + 63) & ~(size_t)63;
-}
-
 /* Scratch bytes each communicator allocates (split by algorithms as they need:
  * the ring's, rhd's and tree's segments are half of it or less). */
 #define COLL_SCRATCH_BYTES ((size_t)4 << 20)
@@ -144,17 +134,6 @@ gcclResult_t coll_agree(struct coll_ctx* ctx, const struct coll_args* args, enum
  * not have is gcclInternalError: the tuner never asks for one). */
 gcclResult_t coll_run(struct coll_ctx* ctx, const struct coll_args* args, enum coll_algo algo);
 
-/* The algorithm for a call: `forced` (from GCCL_ALGO) when the collective has it,
- * else chosen by size, rank count and topology (local_size ranks per node; pass
- * nranks for one node). Deterministic: the same on every rank. */
-enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int local_size, int shares_address_space,
-                            enum coll_algo forced);
-/* The same for a call with a compressor of spec `spec` on a tensor of `count`
- * elements: by codec, rank count, topology (local_size ranks per node), for fp16
- * and bf16 by count, and for top-k by density and `global`. */
-struct codec_spec;
-enum coll_algo tuner_choose_compressed(enum coll_kind kind, const struct codec_spec* spec, size_t count, int nranks,
-                                       int local_size, enum coll_algo forced);
 /* Parses an algorithm's name (algo_name's, case-insensitive); ALGO_AUTO otherwise. */
 enum coll_algo algo_from_name(const char* name);
 const char* algo_name(enum coll_algo algo);
@@ -163,54 +142,6 @@ const char* coll_kind_name(enum coll_kind kind);
  * a compressor. */
 int coll_has_algo(enum coll_kind kind, enum coll_algo algo, int shares_address_space);
 int coll_has_compressed_algo(enum coll_kind kind, enum coll_algo algo);
-
-/* The algorithms. Each is a schedule over tp_* primitives (direct ones read
- * peers' buffers through ctx->peer_send / peer_recv and synchronise with
- * barriers). All handle count 0, in place and out of place, nranks 1..N. */
-gcclResult_t allreduce_ring(struct coll_ctx* ctx, const struct coll_args* a);
-gcclResult_t allreduce_rhd(struct coll_ctx* ctx, const struct coll_args* a);
-gcclResult_t allreduce_tree(struct coll_ctx* ctx, const struct coll_args* a);
-gcclResult_t allreduce_direct(struct coll_ctx* ctx, const struct coll_args* a);
-gcclResult_t allgather_ring(struct coll_ctx* ctx, const struct coll_args* a);
-gcclResult_t allgather_direct(struct coll_ctx* ctx, const struct coll_args* a);
-gcclResult_t reducescatter_ring(struct coll_ctx* ctx, const struct coll_args* a);
-gcclResult_t reducescatter_direct(struct coll_ctx* ctx, const struct coll_args* a);
-gcclResult_t broadcast_tree(struct coll_ctx* ctx, const struct coll_args* a);
-gcclResult_t broadcast_direct(struct coll_ctx* ctx, const struct coll_args* a);
-gcclResult_t reduce_tree(struct coll_ctx* ctx, const struct coll_args* a);
-gcclResult_t reduce_direct(struct coll_ctx* ctx, const struct coll_args* a);
-/* hier.c: dense, or compressed on the inter-node step when a->comp is set. */
-gcclResult_t allreduce_hier(struct coll_ctx* ctx, const struct coll_args* a);
-/* Frees ctx->hier (communicator destruction). */
-void hier_state_free(struct hier_state* state);
-
-/* Compressed (a->comp set; op sum or avg, divided afterwards by coll_run). They
- * stage the compressor's residual for the whole tensor and leave commit or
- * abort to the caller. */
-gcclResult_t allreduce_sra(struct coll_ctx* ctx, const struct coll_args* a);          /* sra.c */
-gcclResult_t reducescatter_sra(struct coll_ctx* ctx, const struct coll_args* a);      /* sra.c */
-gcclResult_t allgather_frames(struct coll_ctx* ctx, const struct coll_args* a);       /* sra.c */
-gcclResult_t allreduce_ring_requant(struct coll_ctx* ctx, const struct coll_args* a); /* ring_requant.c */
-/* Elements per segment of ring-requant's frames (at most 4 segments a chunk); tests
- * shrink it to cut small tensors into segments. */
-extern size_t ring_requant_segment_elems;
-gcclResult_t allreduce_sparse_ag(struct coll_ctx* ctx, const struct coll_args* a); /* sparse.c */
-gcclResult_t allreduce_sparse_sr(struct coll_ctx* ctx, const struct coll_args* a); /* sparse.c */
-gcclResult_t allreduce_randk(struct coll_ctx* ctx, const struct coll_args* a);     /* randk_allreduce.c */
-
-/* The steps of the one-frame schedules (sparse-ag, sparse-sr, randk, the
- * compressed allgather) that touch the caller's buffers, on the GPU when
- * a->device_send / a->device_recv are set (one_frame.c):
- *  - the rank's whole input as one fp32 frame with error feedback (EF_ADD, stage
- *    0) into frame[0, cap);
- *  - the fp32 output: elements [at, at + n) cleared (out: recvbuff's, or an fp32
- *    sum the schedule keeps for other dtypes), a validated frame of n elements
- *    added into them, or written there as frame_decode_f32_to does. */
-gcclResult_t coll_encode_input(const struct coll_args* a, void* frame, size_t cap, size_t* frame_bytes);
-gcclResult_t coll_output_clear(const struct coll_args* a, float* out, size_t n);
-gcclResult_t coll_output_add(const struct coll_args* a, const void* frame, size_t frame_bytes, float* out, size_t n);
-gcclResult_t coll_output_frame(const struct coll_args* a, const void* frame, size_t frame_bytes, size_t at, size_t n,
-                               float* stage);
 
 /* Splits count elements into nranks near-equal chunks: chunk r starts at
  * *offset and holds *len elements (the first count % nranks chunks hold one more). */

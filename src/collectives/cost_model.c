@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/tuner.h"
 #include "common/clock.h"
 #include "common/env.h"
 #include "common/log.h"

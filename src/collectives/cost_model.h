@@ -25,8 +25,8 @@
 
 #include <stddef.h>
 
-#include "../compress/spec.h"
-#include "coll.h"
+#include "collectives/coll.h"
+#include "compress/spec.h"
 
 struct cost_link {
   double alpha; /* seconds per message */

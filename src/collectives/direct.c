@@ -8,11 +8,12 @@
  * order, and copied: bit-identical on every rank. */
 #include <string.h>
 
-#include "../common/copy.h"
-#include "../common/dtype.h"
-#include "../common/reduce.h"
-#include "../common/result.h"
-#include "coll.h"
+#include "collectives/algorithms.h"
+#include "collectives/prims.h"
+#include "common/copy.h"
+#include "common/dtype.h"
+#include "common/reduce.h"
+#include "common/result.h"
 
 #define AT(p, elems, size) ((char*)(p) + (size_t)(elems) * (size))
 
@@ -27,8 +28,10 @@
 /* Copies with streaming stores when the call's outputs, all ranks together, exceed
  * DIRECT_STREAM_MIN_BYTES; the caller fences (copy_stream_fence) before its barrier. */
 static void direct_copy(void* dst, const void* src, size_t bytes, size_t total_out_bytes) {
-  if (total_out_bytes >= DIRECT_STREAM_MIN_BYTES) copy_stream(dst, src, bytes);
-  else memcpy(dst, src, bytes);
+  if (total_out_bytes >= DIRECT_STREAM_MIN_BYTES)
+    copy_stream(dst, src, bytes);
+  else
+    memcpy(dst, src, bytes);
 }
 
 /* Reduces elements [off, off+len) of every rank's buffer at byte offset base_off. */
@@ -61,13 +64,13 @@ gcclResult_t allreduce_direct(struct coll_ctx* ctx, const struct coll_args* a) {
   /* step 2: wait until every slice has arrived everywhere (streaming stores are
    * weakly ordered: fence them before the barrier publishes them) */
   copy_stream_fence();
-  return ctx->tp->ops->barrier(ctx->tp);
+  return prim_barrier(ctx->tp);
 }
 
 gcclResult_t reducescatter_direct(struct coll_ctx* ctx, const struct coll_args* a) {
   /* Only this rank reads slot `rank` of any input, so in place is safe. */
   if (a->count) reduce_slice(ctx, a, a->recvbuff, (size_t)ctx->rank * a->count, a->count);
-  return ctx->tp->ops->barrier(ctx->tp);
+  return prim_barrier(ctx->tp);
 }
 
 gcclResult_t allgather_direct(struct coll_ctx* ctx, const struct coll_args* a) {
@@ -77,7 +80,7 @@ gcclResult_t allgather_direct(struct coll_ctx* ctx, const struct coll_args* a) {
     if (bytes && slot != ctx->peer_send[r]) direct_copy(slot, ctx->peer_send[r], bytes, bytes * p * p);
   }
   copy_stream_fence();
-  return ctx->tp->ops->barrier(ctx->tp);
+  return prim_barrier(ctx->tp);
 }
 
 gcclResult_t broadcast_direct(struct coll_ctx* ctx, const struct coll_args* a) {
@@ -85,7 +88,7 @@ gcclResult_t broadcast_direct(struct coll_ctx* ctx, const struct coll_args* a) {
   const void* src = ctx->peer_send[a->root];
   if (bytes && a->recvbuff != src) direct_copy(a->recvbuff, src, bytes, bytes * (size_t)ctx->nranks);
   copy_stream_fence();
-  return ctx->tp->ops->barrier(ctx->tp);
+  return prim_barrier(ctx->tp);
 }
 
 gcclResult_t reduce_direct(struct coll_ctx* ctx, const struct coll_args* a) {
@@ -94,5 +97,5 @@ gcclResult_t reduce_direct(struct coll_ctx* ctx, const struct coll_args* a) {
   size_t size = dtype_size(a->dt), off, len;
   coll_chunk(a->count, ctx->nranks, ctx->rank, &off, &len);
   if (len) reduce_slice(ctx, a, AT(ctx->peer_recv[a->root], off, size), off, len);
-  return ctx->tp->ops->barrier(ctx->tp);
+  return prim_barrier(ctx->tp);
 }

@@ -43,12 +43,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/dtype.h"
-#include "../common/reduce.h"
-#include "../common/result.h"
-#include "../compress/compressor.h"
-#include "../transport/subset.h"
-#include "coll.h"
+#include "collectives/algorithms.h"
+#include "collectives/prims.h"
+#include "collectives/tuner.h"
+#include "common/dtype.h"
+#include "common/reduce.h"
+#include "common/result.h"
+#include "compress/compressor.h"
+#include "transport/subset.h"
 
 /* One share this rank owns and its inter-node group. */
 struct hier_share {
@@ -68,7 +70,7 @@ struct hier_state {
 void hier_state_free(struct hier_state* st) {
   if (!st) return;
   for (int k = 0; k < st->nshares; k++) {
-    if (st->shares[k].tp) st->shares[k].tp->ops->destroy(st->shares[k].tp);
+    if (st->shares[k].tp) tp_destroy(st->shares[k].tp);
     coll_workspace_free(&st->shares[k].ctx);
   }
   free(st->reqs);
@@ -153,16 +155,6 @@ static void accumulate(void* acc, gcclDataType_t sum_dt, const void* src, gcclDa
   reduce_2(acc, acc, tmp, n, gcclFloat32, gcclSum);
 }
 
-static gcclResult_t post_irecv(struct transport* tp, int peer, void* buf, size_t bytes, tp_req* reqs, int* n) {
-  if (!bytes) return gcclSuccess; /* both sides skip empty shares */
-  return tp->ops->irecv(tp, peer, buf, bytes, &reqs[(*n)++]);
-}
-
-static gcclResult_t post_isend(struct transport* tp, int peer, const void* buf, size_t bytes, tp_req* reqs, int* n) {
-  if (!bytes) return gcclSuccess;
-  return tp->ops->isend(tp, peer, buf, bytes, &reqs[(*n)++]);
-}
-
 /* The buffers of one call, laid out in the workspace. */
 struct hier_bufs {
   char* sums; /* [nshares] share sums, sum_dt, `stride` bytes apart */
@@ -170,6 +162,15 @@ struct hier_bufs {
   char* recv[2]; /* step 1's receive buffers, one share of the tensor's dtype each */
   float* tmp;    /* one fp32 share, when sum_dt != dt */
 };
+
+static void hier_layout(struct prim_carver* c, struct hier_bufs* b, int nshares, size_t sum_bytes, size_t recv_bytes,
+                        size_t tmp_n) {
+  b->stride = prim_align64(sum_bytes);
+  b->sums = prim_carve(c, (size_t)nshares * b->stride);
+  b->recv[0] = prim_carve(c, recv_bytes);
+  b->recv[1] = prim_carve(c, recv_bytes);
+  b->tmp = PRIM_CARVE(c, float, tmp_n);
+}
 
 /* Step 1: every node member sends each share to its owner; the owner reduces its
  * shares over the node's ranks in local-rank order, receiving the next
@@ -185,7 +186,7 @@ static gcclResult_t node_reduce_scatter(struct coll_ctx* ctx, struct hier_state*
     if (owner == ctx->rank) continue;
     size_t off, len;
     coll_chunk(a->count, st->L, j, &off, &len);
-    GCCL_CHECK(post_isend(tp, owner, in + off * esz, len * esz, st->reqs, &nsend));
+    GCCL_CHECK(prim_post_send(tp, owner, in + off * esz, len * esz, &st->reqs[nsend++]));
   }
   for (int k = 0; k < st->nshares; k++) {
     size_t off, len;
@@ -196,23 +197,23 @@ static gcclResult_t node_reduce_scatter(struct coll_ctx* ctx, struct hier_state*
     int npeers = st->node_size - 1, posted = 0, done = 0;
     tp_req rreq[2];
     for (; posted < npeers && posted < 2; posted++)
-      GCCL_CHECK(tp->ops->irecv(tp, node_peer(st, posted), b->recv[posted % 2], len * esz, &rreq[posted % 2]));
+      GCCL_CHECK(prim_post_recv(tp, node_peer(st, posted), b->recv[posted % 2], len * esz, &rreq[posted % 2]));
     for (int s = 0; s < st->node_size; s++) {
       if (s == st->local) {
         accumulate(acc, sum_dt, in + off * esz, a->dt, len, op, s == 0, b->tmp);
         continue;
       }
       int slot = done % 2;
-      GCCL_CHECK(tp->ops->wait(tp, rreq[slot]));
+      GCCL_CHECK(prim_wait(tp, &rreq[slot]));
       accumulate(acc, sum_dt, b->recv[slot], a->dt, len, op, s == 0, b->tmp);
       done++;
       if (posted < npeers) {
-        GCCL_CHECK(tp->ops->irecv(tp, node_peer(st, posted), b->recv[slot], len * esz, &rreq[slot]));
+        GCCL_CHECK(prim_post_recv(tp, node_peer(st, posted), b->recv[slot], len * esz, &rreq[slot]));
         posted++;
       }
     }
   }
-  return tp_waitall(tp, st->reqs, nsend);
+  return prim_wait_all(tp, st->reqs, (size_t)nsend);
 }
 
 /* Step 2 for the dense path: an allreduce of each owned share across the nodes. */
@@ -300,14 +301,14 @@ static gcclResult_t node_allgather(struct coll_ctx* ctx, struct hier_state* st, 
     coll_chunk(a->count, st->L, j, &off, &len);
     int owner = share_owner(st, j);
     if (owner != ctx->rank) {
-      GCCL_CHECK(post_irecv(tp, owner, out + off * esz, len * esz, st->reqs, &nreq));
+      GCCL_CHECK(prim_post_recv(tp, owner, out + off * esz, len * esz, &st->reqs[nreq++]));
       continue;
     }
     for (int s = 0; s < st->node_size; s++)
       if (st->node_first + s != ctx->rank)
-        GCCL_CHECK(post_isend(tp, st->node_first + s, out + off * esz, len * esz, st->reqs, &nreq));
+        GCCL_CHECK(prim_post_send(tp, st->node_first + s, out + off * esz, len * esz, &st->reqs[nreq++]));
   }
-  return tp_waitall(tp, st->reqs, nreq);
+  return prim_wait_all(tp, st->reqs, (size_t)nreq);
 }
 
 gcclResult_t allreduce_hier(struct coll_ctx* ctx, const struct coll_args* a) {
@@ -319,15 +320,13 @@ gcclResult_t allreduce_hier(struct coll_ctx* ctx, const struct coll_args* a) {
   gcclDataType_t sum_dt = a->comp ? gcclFloat32 : a->dt;
   size_t first, longest; /* share 0 is the longest */
   coll_chunk(a->count, st->L, 0, &first, &longest);
-  struct hier_bufs b = {.stride = coll_align64(longest * dtype_size(sum_dt))};
-  size_t recv_bytes = coll_align64(longest * dtype_size(a->dt));
-  size_t tmp_bytes = sum_dt != a->dt ? coll_align64(longest * sizeof(float)) : 0;
-  void* work;
-  GCCL_CHECK(coll_workspace(ctx, (size_t)st->nshares * b.stride + 2 * recv_bytes + tmp_bytes, &work));
-  b.sums = work;
-  b.recv[0] = b.sums + (size_t)st->nshares * b.stride;
-  b.recv[1] = b.recv[0] + recv_bytes;
-  b.tmp = tmp_bytes ? (float*)(b.recv[1] + recv_bytes) : NULL;
+  size_t sum_bytes = longest * dtype_size(sum_dt), recv_bytes = longest * dtype_size(a->dt);
+  size_t tmp_n = sum_dt != a->dt ? longest : 0;
+  struct hier_bufs b;
+  struct prim_carver carver = {0};
+  hier_layout(&carver, &b, st->nshares, sum_bytes, recv_bytes, tmp_n);
+  GCCL_CHECK(prim_carve_workspace(ctx, &carver));
+  hier_layout(&carver, &b, st->nshares, sum_bytes, recv_bytes, tmp_n);
 
   GCCL_CHECK(node_reduce_scatter(ctx, st, a, sum_dt, op, &b));
   GCCL_CHECK(a->comp ? inter_compressed(st, a, &b) : inter_dense(st, a, op, &b));

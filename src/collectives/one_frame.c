@@ -4,7 +4,7 @@
  * buffers. Both make the same frames and the same output bits. */
 #include <string.h>
 
-#include "collectives/coll.h"
+#include "collectives/prims.h"
 #include "common/dtype.h"
 #include "common/result.h"
 #include "compress/compressor.h"

@@ -25,35 +25,54 @@
  * In place: sendbuff is read only by the encode, before anything is written. */
 #include <string.h>
 
-#include "../common/dtype.h"
-#include "../common/result.h"
-#include "../compress/codec_util.h"
-#include "../compress/compressor.h"
-#include "../compress/frame.h"
-#include "../compress/randk.h"
-#include "../compress/topk.h"
-#include "sparse.h"
+#include "collectives/algorithms.h"
+#include "collectives/prims.h"
+#include "collectives/sparse.h"
+#include "collectives/tuner.h"
+#include "common/dtype.h"
+#include "common/result.h"
+#include "compress/codec_util.h"
+#include "compress/compressor.h"
+#include "compress/frame.h"
+#include "compress/randk.h"
+#include "compress/topk.h"
+
+/* The workspace: this rank's frame first (sparse_frames_sum keeps it there),
+ * flags (everyone's, then mine), the sum frame, and the fp32 output for other
+ * dtypes. */
+struct randk_work {
+  unsigned char *frame, *flags, *sum_frame;
+  float* out;
+};
+
+static void randk_layout(struct prim_carver* c, struct randk_work* w, size_t bound, size_t p, size_t sum_room,
+                         size_t out_n) {
+  w->frame = prim_carve(c, bound);
+  w->flags = prim_carve(c, p + 1);
+  w->sum_frame = prim_carve(c, sum_room);
+  w->out = PRIM_CARVE(c, float, out_n);
+}
 
 gcclResult_t allreduce_randk(struct coll_ctx* ctx, const struct coll_args* a) {
   struct transport* tp = ctx->tp;
   struct gcclCompressor* c = a->comp;
   int p = ctx->nranks;
   size_t n = a->count, up = (size_t)p, bound = compressor_bound_f32(c, n), k = sparse_k(c->spec.ratio, n);
-  /* workspace: my frame | flags (everyone's, then mine) | the sum frame | fp32 output */
-  size_t flags_at = coll_align64(bound), sum_at = flags_at + coll_align64(up + 1);
   size_t sum_room = FRAME_HEADER_BYTES + k * (sizeof(float) + FRAME_EXCEPTION_BYTES_F32);
-  size_t out_at = sum_at + coll_align64(sum_room);
-  size_t total = out_at + (a->dt == gcclFloat32 ? 0 : n * sizeof(float));
-  unsigned char* base;
-  GCCL_CHECK(coll_workspace(ctx, total, (void**)&base));
+  struct randk_work w;
+  struct prim_carver carver = {0};
+  randk_layout(&carver, &w, bound, up, sum_room, a->dt == gcclFloat32 ? 0 : n);
+  GCCL_CHECK(prim_carve_workspace(ctx, &carver));
+  randk_layout(&carver, &w, bound, up, sum_room, a->dt == gcclFloat32 ? 0 : n);
+  unsigned char* base = w.frame;
 
   size_t bytes;
   struct frame_header h;
   GCCL_CHECK(coll_encode_input(a, base, bound, &bytes));
   GCCL_CHECK(frame_validate(base, bytes, n, gcclFloat32, &h));
-  unsigned char* flags = base + flags_at;
+  unsigned char* flags = w.flags;
   flags[up] = (h.flags & FRAME_FLAG_RAW) || h.exceptions != 0 || h.codec != CODEC_RANDK || h.k != k;
-  GCCL_CHECK(tp->ops->allgather_small(tp, &flags[up], 1, flags));
+  GCCL_CHECK(prim_allgather_small(tp, &flags[up], 1, flags));
   int whole_frames = 0;
   for (size_t r = 0; r < up; r++) whole_frames |= flags[r];
   if (whole_frames) {
@@ -63,7 +82,7 @@ gcclResult_t allreduce_randk(struct coll_ctx* ctx, const struct coll_args* a) {
     return gcclSuccess;
   }
 
-  unsigned char* sum_frame = base + sum_at;
+  unsigned char* sum_frame = w.sum_frame;
   float* values = (float*)(void*)(sum_frame + FRAME_HEADER_BYTES);
   topk_values_get(base + FRAME_HEADER_BYTES, (enum spec_values)h.values, k, values);
   struct coll_args dense = {
@@ -84,7 +103,7 @@ gcclResult_t allreduce_randk(struct coll_ctx* ctx, const struct coll_args* a) {
   h.payload_bytes = k * sizeof(float);
   h.exceptions = nexc;
   GCCL_CHECK(frame_header_write(sum_frame, sum_room, &h));
-  float* out = a->dt == gcclFloat32 ? a->recvbuff : (float*)(void*)(base + out_at);
+  float* out = a->dt == gcclFloat32 ? a->recvbuff : w.out;
   GCCL_CHECK(coll_output_clear(a, out, n));
   GCCL_CHECK(
       coll_output_add(a, sum_frame, FRAME_HEADER_BYTES + h.payload_bytes + nexc * FRAME_EXCEPTION_BYTES_F32, out, n));

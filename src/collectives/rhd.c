@@ -18,10 +18,11 @@
  */
 #include <string.h>
 
-#include "../common/dtype.h"
-#include "../common/reduce.h"
-#include "../common/result.h"
-#include "coll.h"
+#include "collectives/algorithms.h"
+#include "collectives/prims.h"
+#include "common/dtype.h"
+#include "common/reduce.h"
+#include "common/result.h"
 
 /* First element of block b of q (b == q gives count). */
 static size_t block_start(size_t count, int q, int b) {
@@ -52,17 +53,17 @@ static gcclResult_t exchange_reduce(struct coll_ctx* ctx, const struct coll_args
   char* buf[2] = {ctx->scratch, (char*)ctx->scratch + seg * size};
   size_t nsend = (scount + seg - 1) / seg, nrecv = (rcount + seg - 1) / seg;
   tp_req sreq = -1, rreq = -1;
-  if (nrecv) GCCL_CHECK(tp->ops->irecv(tp, peer, buf[0], min_size(rcount, seg) * size, &rreq));
+  if (nrecv) GCCL_CHECK(prim_post_recv(tp, peer, buf[0], min_size(rcount, seg) * size, &rreq));
   for (size_t k = 0; k < nsend || k < nrecv; k++) {
     size_t at = k * seg;
-    if (k < nsend) GCCL_CHECK(tp->ops->isend(tp, peer, sbuf + at * size, min_size(scount - at, seg) * size, &sreq));
+    if (k < nsend) GCCL_CHECK(prim_post_send(tp, peer, sbuf + at * size, min_size(scount - at, seg) * size, &sreq));
     if (k < nrecv) {
-      GCCL_CHECK(tp->ops->wait(tp, rreq));
+      GCCL_CHECK(prim_wait(tp, &rreq));
       if (k + 1 < nrecv)
-        GCCL_CHECK(tp->ops->irecv(tp, peer, buf[(k + 1) % 2], min_size(rcount - at - seg, seg) * size, &rreq));
+        GCCL_CHECK(prim_post_recv(tp, peer, buf[(k + 1) % 2], min_size(rcount - at - seg, seg) * size, &rreq));
       reduce_2(dst + at * size, src + at * size, buf[k % 2], min_size(rcount - at, seg), a->dt, a->op);
     }
-    if (k < nsend) GCCL_CHECK(tp->ops->wait(tp, sreq));
+    GCCL_CHECK(prim_wait(tp, &sreq));
   }
   return gcclSuccess;
 }
@@ -70,10 +71,9 @@ static gcclResult_t exchange_reduce(struct coll_ctx* ctx, const struct coll_args
 /* Sends and receives in one step, skipping empty directions (both sides agree). */
 static gcclResult_t swap(struct transport* tp, int peer, const void* sbuf, size_t sbytes, void* rbuf, size_t rbytes) {
   tp_req reqs[2];
-  int n = 0;
-  if (rbytes) GCCL_CHECK(tp->ops->irecv(tp, peer, rbuf, rbytes, &reqs[n++]));
-  if (sbytes) GCCL_CHECK(tp->ops->isend(tp, peer, sbuf, sbytes, &reqs[n++]));
-  return tp_waitall(tp, reqs, n);
+  GCCL_CHECK(prim_post_recv(tp, peer, rbuf, rbytes, &reqs[0]));
+  GCCL_CHECK(prim_post_send(tp, peer, sbuf, sbytes, &reqs[1]));
+  return prim_wait_all(tp, reqs, 2);
 }
 
 gcclResult_t allreduce_rhd(struct coll_ctx* ctx, const struct coll_args* a) {
@@ -97,7 +97,7 @@ gcclResult_t allreduce_rhd(struct coll_ctx* ctx, const struct coll_args* a) {
     if (rank % 2 == 0) {
       GCCL_CHECK(exchange_reduce(ctx, a, rank + 1, in, n, NULL, NULL, 0));
       /* sit out; the partner sends back the final result */
-      return tp_recv(tp, rank + 1, out, n * size);
+      return prim_recv(tp, rank + 1, out, n * size);
     }
     GCCL_CHECK(exchange_reduce(ctx, a, rank - 1, NULL, 0, out, in, n));
     cur = out;
@@ -125,6 +125,6 @@ gcclResult_t allreduce_rhd(struct coll_ctx* ctx, const struct coll_args* a) {
   }
 
   /* step 3: hand the result back to the rank that folded into us */
-  if (rank < 2 * r) GCCL_CHECK(tp_send(tp, rank - 1, out, n * size));
+  if (rank < 2 * r) GCCL_CHECK(prim_send(tp, rank - 1, out, n * size));
   return gcclSuccess;
 }

@@ -19,10 +19,11 @@
  * so every rank ends with the same bits, call after call. */
 #include <string.h>
 
-#include "../common/dtype.h"
-#include "../common/reduce.h"
-#include "../common/result.h"
-#include "coll.h"
+#include "collectives/algorithms.h"
+#include "collectives/prims.h"
+#include "common/dtype.h"
+#include "common/reduce.h"
+#include "common/result.h"
 
 struct ring_layout {
   size_t count; /* elements of the vector (slots == 0) or of one slot */
@@ -30,10 +31,6 @@ struct ring_layout {
   size_t seg;   /* elements per segment */
   size_t size;  /* bytes per element */
 };
-
-static int ring_mod(int a, int p) {
-  return ((a % p) + p) % p;
-}
 
 /* Segment j of chunk c: its first element and its length (0 past the chunk's end). */
 static void seg_of(const struct ring_layout* L, int p, int c, size_t j, size_t* off, size_t* len) {
@@ -56,49 +53,35 @@ static size_t seg_count(const struct ring_layout* L, int p) {
   return (len + L->seg - 1) / L->seg;
 }
 
-/* Empty messages are skipped; both sides compute the same lengths, so they agree. */
-static gcclResult_t post_recv(struct transport* tp, int peer, void* buf, size_t bytes, tp_req* req) {
-  *req = -1;
-  return bytes ? tp->ops->irecv(tp, peer, buf, bytes, req) : gcclSuccess;
-}
-
-static gcclResult_t post_send(struct transport* tp, int peer, const void* buf, size_t bytes, tp_req* req) {
-  *req = -1;
-  return bytes ? tp->ops->isend(tp, peer, buf, bytes, req) : gcclSuccess;
-}
-
-static gcclResult_t wait_req(struct transport* tp, tp_req req) {
-  return req < 0 ? gcclSuccess : tp->ops->wait(tp, req);
-}
-
 /* Reduce-scatter of segment index j: afterwards own_dst holds segment j of chunk r
  * reduced over all ranks. Partial sums live in two scratch buffers: step s receives
  * into buf[s%2] and sends what step s-1 reduced in buf[(s-1)%2]. */
 static gcclResult_t ring_reduce_scatter_seg(struct coll_ctx* ctx, const struct coll_args* a,
                                             const struct ring_layout* L, size_t j, char* own_dst) {
   struct transport* tp = ctx->tp;
-  int p = ctx->nranks, r = ctx->rank, next = ring_mod(r + 1, p), prev = ring_mod(r - 1, p);
+  int p = ctx->nranks, r = ctx->rank;
+  struct prim_ring ring = prim_ring_of(r, p);
   const char* in = a->sendbuff;
   char* buf[2] = {ctx->scratch, (char*)ctx->scratch + L->seg * L->size};
   size_t soff, slen, roff, rlen;
   tp_req sreq, rreq;
 
-  seg_of(L, p, ring_mod(r - 2, p), j, &roff, &rlen);
-  GCCL_CHECK(post_recv(tp, prev, buf[0], rlen * L->size, &rreq));
+  seg_of(L, p, prim_mod(r - 2, p), j, &roff, &rlen);
+  GCCL_CHECK(prim_post_recv(tp, ring.prev, buf[0], rlen * L->size, &rreq));
   for (int s = 0; s < p - 1; s++) {
     /* step s: push chunk r-s-1 to next: our own input at step 0, afterwards the
      * partial sum we made at step s-1 */
-    seg_of(L, p, ring_mod(r - s - 1, p), j, &soff, &slen);
+    seg_of(L, p, prim_mod(r - s - 1, p), j, &soff, &slen);
     const char* src = s == 0 ? in + soff * L->size : buf[(s - 1) % 2];
-    GCCL_CHECK(post_send(tp, next, src, slen * L->size, &sreq));
-    GCCL_CHECK(wait_req(tp, rreq));
-    GCCL_CHECK(wait_req(tp, sreq));
+    GCCL_CHECK(prim_post_send(tp, ring.next, src, slen * L->size, &sreq));
+    GCCL_CHECK(prim_wait(tp, &rreq));
+    GCCL_CHECK(prim_wait(tp, &sreq));
     size_t off = roff, len = rlen;
     char* got = buf[s % 2];
     /* the buffer just sent is free again: receive step s+1 into it while we reduce */
     if (s + 1 < p - 1) {
-      seg_of(L, p, ring_mod(r - s - 3, p), j, &roff, &rlen);
-      GCCL_CHECK(post_recv(tp, prev, buf[(s + 1) % 2], rlen * L->size, &rreq));
+      seg_of(L, p, prim_mod(r - s - 3, p), j, &roff, &rlen);
+      GCCL_CHECK(prim_post_recv(tp, ring.prev, buf[(s + 1) % 2], rlen * L->size, &rreq));
     }
     /* add our own copy of chunk r-s-2; at the last step it is chunk r, now complete */
     if (len) reduce_2(s == p - 2 ? own_dst : got, in + off * L->size, got, len, a->dt, a->op);
@@ -112,16 +95,17 @@ static gcclResult_t ring_reduce_scatter_seg(struct coll_ctx* ctx, const struct c
 static gcclResult_t ring_allgather_seg(struct coll_ctx* ctx, const struct ring_layout* L, size_t j, const char* own,
                                        char* out) {
   struct transport* tp = ctx->tp;
-  int p = ctx->nranks, r = ctx->rank, next = ring_mod(r + 1, p), prev = ring_mod(r - 1, p);
+  int p = ctx->nranks, r = ctx->rank;
+  struct prim_ring ring = prim_ring_of(r, p);
   size_t soff, slen, roff, rlen;
   tp_req sreq, rreq;
   for (int s = 0; s < p - 1; s++) {
-    seg_of(L, p, ring_mod(r - s, p), j, &soff, &slen);
-    seg_of(L, p, ring_mod(r - s - 1, p), j, &roff, &rlen);
-    GCCL_CHECK(post_recv(tp, prev, out + roff * L->size, rlen * L->size, &rreq));
-    GCCL_CHECK(post_send(tp, next, s == 0 ? own : out + soff * L->size, slen * L->size, &sreq));
-    GCCL_CHECK(wait_req(tp, rreq));
-    GCCL_CHECK(wait_req(tp, sreq));
+    seg_of(L, p, prim_mod(r - s, p), j, &soff, &slen);
+    seg_of(L, p, prim_mod(r - s - 1, p), j, &roff, &rlen);
+    GCCL_CHECK(prim_post_recv(tp, ring.prev, out + roff * L->size, rlen * L->size, &rreq));
+    GCCL_CHECK(prim_post_send(tp, ring.next, s == 0 ? own : out + soff * L->size, slen * L->size, &sreq));
+    GCCL_CHECK(prim_wait(tp, &rreq));
+    GCCL_CHECK(prim_wait(tp, &sreq));
   }
   return gcclSuccess;
 }
@@ -137,14 +121,17 @@ static void copy_if_apart(void* dst, const void* src, size_t bytes) {
   if (bytes && dst != src) memcpy(dst, src, bytes);
 }
 
+/* Count 0 or a rank alone: nothing moves (a copy when out of place). */
+static int nothing_to_move(const struct coll_ctx* ctx, const struct coll_args* a) {
+  if (a->count && ctx->nranks > 1) return 0;
+  copy_if_apart(a->recvbuff, a->sendbuff, a->count * dtype_size(a->dt));
+  return 1;
+}
+
 gcclResult_t reducescatter_ring(struct coll_ctx* ctx, const struct coll_args* a) {
+  if (nothing_to_move(ctx, a)) return gcclSuccess;
   size_t size = dtype_size(a->dt);
   char* out = a->recvbuff;
-  if (a->count == 0) return gcclSuccess;
-  if (ctx->nranks == 1) {
-    copy_if_apart(out, a->sendbuff, a->count * size);
-    return gcclSuccess;
-  }
   struct ring_layout L = {.count = a->count, .slots = 1, .size = size};
   GCCL_CHECK(ring_seg(ctx, size, &L.seg));
   for (size_t j = 0, n = seg_count(&L, ctx->nranks); j < n; j++)
@@ -165,13 +152,9 @@ gcclResult_t allgather_ring(struct coll_ctx* ctx, const struct coll_args* a) {
 }
 
 gcclResult_t allreduce_ring(struct coll_ctx* ctx, const struct coll_args* a) {
+  if (nothing_to_move(ctx, a)) return gcclSuccess;
   size_t size = dtype_size(a->dt);
   char* out = a->recvbuff;
-  if (a->count == 0) return gcclSuccess;
-  if (ctx->nranks == 1) {
-    copy_if_apart(out, a->sendbuff, a->count * size);
-    return gcclSuccess;
-  }
   struct ring_layout L = {.count = a->count, .slots = 0, .size = size};
   GCCL_CHECK(ring_seg(ctx, size, &L.seg));
   for (size_t j = 0, n = seg_count(&L, ctx->nranks); j < n; j++) {

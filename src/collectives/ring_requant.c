@@ -39,7 +39,8 @@
  * chunk only in the allgather. Empty chunks and segments (count < p K) are
  * neither encoded nor sent: both sides know the lengths. */
 
-#include "collectives/coll.h"
+#include "collectives/algorithms.h"
+#include "collectives/prims.h"
 #include "common/dtype.h"
 #include "common/result.h"
 #include "compress/compressor.h"
@@ -53,10 +54,6 @@ size_t ring_requant_segment_elems = (size_t)1 << 18;
  * codec work is short against its transfer), and each is a message, with a
  * handshake on MPI; 8 and 16 measured no faster at 100 MiB. */
 #define MAX_SEGMENTS 4
-
-static int ring_mod(int a, int p) {
-  return ((a % p) + p) % p;
-}
 
 static int segment_count(size_t longest_chunk) {
   size_t k = (longest_chunk + ring_requant_segment_elems - 1) / ring_requant_segment_elems;
@@ -77,7 +74,7 @@ struct rr {
   size_t* final_bytes;  /* [p K] */
   size_t* recv_bytes;   /* [2 K] */
   tp_req* final_sreq;   /* [p K] sends from final slots */
-  tp_req* send_sreq;    /* [2 K] sends from send slots (right after final_sreq) */
+  tp_req* send_sreq;    /* [2 K] sends from send slots */
   tp_req* rreq;         /* [items] */
   float* sum;           /* one segment's fp32 partial sum */
   float* stage;         /* one segment's fp32 decode area (outputs that are not fp32) */
@@ -92,58 +89,66 @@ static void segment_of(const struct rr* w, int c, int j, size_t* off, size_t* le
 }
 
 /* Posts receive item i (see struct rr) unless it is past the end or empty. */
-static gcclResult_t post_recv(struct rr* w, int i) {
+static gcclResult_t post_item(struct rr* w, int i) {
   if (i >= w->items) return gcclSuccess;
   int rs = i < w->items / 2, s = (rs ? i : i - w->items / 2) / w->K, j = i % w->K;
-  int c = ring_mod(w->r - s - (rs ? 2 : 1), w->p);
+  int c = prim_mod(w->r - s - (rs ? 2 : 1), w->p);
   size_t off, len;
   segment_of(w, c, j, &off, &len);
   if (!len) return gcclSuccess;
   int bank = (s % 2) * w->K + j, fin = c * w->K + j;
   unsigned char* into = rs ? w->recv + (size_t)bank * w->slot : w->final + (size_t)fin * w->slot;
   size_t* got = rs ? &w->recv_bytes[bank] : &w->final_bytes[fin];
-  return w->tp->ops->irecv_upto(w->tp, w->prev, into, w->slot, got, &w->rreq[i]);
+  return prim_post_recv_upto(w->tp, w->prev, into, w->slot, got, &w->rreq[i]);
+}
+
+/* The workspace, slots and requests of struct rr, `seg` elements per segment. */
+static void rr_carve(struct prim_carver* c, struct rr* w, size_t seg) {
+  size_t K = (size_t)w->K, pk = (size_t)w->p * K;
+  w->final = prim_carve(c, pk * w->slot);
+  w->send = prim_carve(c, 2 * K * w->slot);
+  w->recv = prim_carve(c, 2 * K * w->slot);
+  w->final_bytes = PRIM_CARVE(c, size_t, pk);
+  w->recv_bytes = PRIM_CARVE(c, size_t, 2 * K);
+  w->final_sreq = PRIM_CARVE(c, tp_req, pk);
+  w->send_sreq = PRIM_CARVE(c, tp_req, 2 * K);
+  w->rreq = PRIM_CARVE(c, tp_req, w->items);
+  w->sum = PRIM_CARVE(c, float, seg);
+  w->stage = PRIM_CARVE(c, float, seg);
 }
 
 static gcclResult_t rr_layout(struct coll_ctx* ctx, const struct coll_args* a, struct rr* w) {
   size_t unused, longest, seg;
   int p = ctx->nranks;
   coll_chunk(a->count, p, 0, &unused, &longest); /* chunk 0 is a longest */
+  struct prim_ring ring = prim_ring_of(ctx->rank, p);
   w->tp = ctx->tp;
   w->a = a;
   w->p = p;
   w->r = ctx->rank;
-  w->next = ring_mod(w->r + 1, p);
-  w->prev = ring_mod(w->r - 1, p);
+  w->next = ring.next;
+  w->prev = ring.prev;
   w->K = segment_count(longest);
   w->items = 2 * (p - 1) * w->K;
   w->window = 2 * w->K;
   w->size = dtype_size(a->dt);
   coll_chunk(longest, w->K, 0, &unused, &seg);
-  w->slot = coll_align64(compressor_bound_f32(a->comp, seg));
-  size_t K = (size_t)w->K, pk = (size_t)p * K, fl = coll_align64(seg * sizeof(float));
-  size_t sizes = coll_align64((pk + 2 * K) * sizeof(size_t));
-  size_t reqs = coll_align64((pk + 2 * K + (size_t)w->items) * sizeof(tp_req));
-  unsigned char* base;
-  GCCL_CHECK(coll_workspace(ctx, (pk + 4 * K) * w->slot + sizes + reqs + 2 * fl, (void**)&base));
-  w->final = base;
-  w->send = w->final + pk * w->slot;
-  w->recv = w->send + 2 * K * w->slot;
-  w->final_bytes = (size_t*)(void*)(w->recv + 2 * K * w->slot);
-  w->recv_bytes = w->final_bytes + pk;
-  w->final_sreq = (tp_req*)(void*)((unsigned char*)w->final_bytes + sizes);
-  w->send_sreq = w->final_sreq + pk;
-  w->rreq = w->send_sreq + 2 * K;
-  w->sum = (float*)(void*)((unsigned char*)w->final_sreq + reqs);
-  w->stage = (float*)(void*)((unsigned char*)w->sum + fl);
-  for (size_t i = 0; i < pk + 2 * K + (size_t)w->items; i++) w->final_sreq[i] = -1;
+  w->slot = prim_align64(compressor_bound_f32(a->comp, seg));
+  struct prim_carver carver = {0};
+  rr_carve(&carver, w, seg);
+  GCCL_CHECK(prim_carve_workspace(ctx, &carver));
+  rr_carve(&carver, w, seg);
+  prim_slots_clear(w->final_sreq, (size_t)p * (size_t)w->K);
+  prim_slots_clear(w->send_sreq, 2 * (size_t)w->K);
+  prim_slots_clear(w->rreq, (size_t)w->items);
   return gcclSuccess;
 }
 
 /* Waits for every send still pending (their frames must outlive them). */
 static gcclResult_t wait_sends(struct rr* w) {
-  for (size_t i = 0; i < (size_t)(w->p + 2) * (size_t)w->K; i++) GCCL_CHECK(coll_wait(w->tp, &w->final_sreq[i]));
-  return gcclSuccess;
+  gcclResult_t res = prim_wait_all(w->tp, w->final_sreq, (size_t)w->p * (size_t)w->K);
+  gcclResult_t sends = prim_wait_all(w->tp, w->send_sreq, 2 * (size_t)w->K);
+  return res != gcclSuccess ? res : sends;
 }
 
 /* Reduce-scatter. Afterwards chunk r's final frames are encoded (and on their
@@ -155,51 +160,50 @@ static gcclResult_t reduce_scatter(struct rr* w) {
   const unsigned char* in = a->sendbuff;
   int p = w->p, r = w->r, K = w->K;
   size_t off, len;
-  for (int i = 0; i < w->window; i++) GCCL_CHECK(post_recv(w, i));
+  for (int i = 0; i < w->window; i++) GCCL_CHECK(post_item(w, i));
   /* step 0's frames: this rank's own chunk r-1, encoded once */
   for (int j = 0; j < K && p > 1; j++) {
-    segment_of(w, ring_mod(r - 1, p), j, &off, &len);
+    segment_of(w, prim_mod(r - 1, p), j, &off, &len);
     if (!len) continue;
-    unsigned char* f = w->send + (size_t)j * w->slot;
+    struct prim_encode e = {c, in + off * w->size, a->dt, a->comp_first + off, len, EF_ADD, 0};
     size_t bytes;
-    GCCL_CHECK(
-        compressor_encode_f32(c, in + off * w->size, a->dt, a->comp_first + off, len, EF_ADD, 0, f, w->slot, &bytes));
-    GCCL_CHECK(tp->ops->isend(tp, w->next, f, bytes, &w->send_sreq[j]));
+    GCCL_CHECK(prim_encode_send(tp, w->next, &e, w->send + (size_t)j * w->slot, w->slot, &bytes, &w->send_sreq[j]));
   }
   /* alone (p = 1) the one step sums just this rank's input */
   for (int s = 0; s < (p > 1 ? p - 1 : 1); s++)
     for (int j = 0; j < K; j++) {
-      int i = s * K + j, chunk = ring_mod(r - s - 2, p), last = s >= p - 2;
+      int i = s * K + j, chunk = prim_mod(r - s - 2, p), last = s >= p - 2;
       segment_of(w, chunk, j, &off, &len);
       if (len && p > 1) {
         int bank = (s % 2) * K + j;
-        GCCL_CHECK(coll_wait(tp, &w->rreq[i]));
+        GCCL_CHECK(prim_wait(tp, &w->rreq[i]));
         GCCL_CHECK(
             frame_decode_f32_to(w->recv + (size_t)bank * w->slot, w->recv_bytes[bank], w->sum, gcclFloat32, len, NULL));
       }
-      GCCL_CHECK(post_recv(w, i + w->window)); /* into the slot just read */
+      GCCL_CHECK(post_item(w, i + w->window)); /* into the slot just read */
       if (!len) continue;
       GCCL_CHECK(compressor_accumulate_exact(c, in + off * w->size, a->dt, a->comp_first + off, len, w->sum, p == 1));
-      tp_progress(tp);
+      prim_progress(tp);
       size_t bytes;
       if (!last) { /* on to next for step s+1, from the bank step s-1 sent from */
         int bank = ((s + 1) % 2) * K + j;
-        unsigned char* f = w->send + (size_t)bank * w->slot;
-        GCCL_CHECK(coll_wait(tp, &w->send_sreq[bank]));
-        GCCL_CHECK(compressor_encode_f32(c, w->sum, gcclFloat32, a->comp_first + off, len, EF_RESTAGE, (uint32_t)s + 1,
-                                         f, w->slot, &bytes));
-        GCCL_CHECK(tp->ops->isend(tp, w->next, f, bytes, &w->send_sreq[bank]));
+        struct prim_encode e = {c, w->sum, gcclFloat32, a->comp_first + off, len, EF_RESTAGE, (uint32_t)s + 1};
+        GCCL_CHECK(prim_wait(tp, &w->send_sreq[bank]));
+        GCCL_CHECK(
+            prim_encode_send(tp, w->next, &e, w->send + (size_t)bank * w->slot, w->slot, &bytes, &w->send_sreq[bank]));
       } else { /* chunk r's segment is complete: its final frame */
         int fin = r * K + j;
         unsigned char* f = w->final + (size_t)fin * w->slot;
-        GCCL_CHECK(compressor_encode_f32(c, w->sum, gcclFloat32, a->comp_first + off, len, EF_RESTAGE, (uint32_t)p - 1,
-                                         f, w->slot, &w->final_bytes[fin]));
-        if (p > 1) GCCL_CHECK(tp->ops->isend(tp, w->next, f, w->final_bytes[fin], &w->final_sreq[fin]));
+        struct prim_encode e = {c, w->sum, gcclFloat32, a->comp_first + off, len, EF_RESTAGE, (uint32_t)p - 1};
+        if (p > 1)
+          GCCL_CHECK(prim_encode_send(tp, w->next, &e, f, w->slot, &w->final_bytes[fin], &w->final_sreq[fin]));
+        else
+          GCCL_CHECK(prim_encode(&e, f, w->slot, &w->final_bytes[fin]));
         /* this segment's input is summed: its place in recvbuff may be written */
         GCCL_CHECK(frame_decode_f32_to(f, w->final_bytes[fin], (unsigned char*)a->recvbuff + off * w->size, a->dt, len,
                                        w->stage));
       }
-      tp_progress(tp);
+      prim_progress(tp);
     }
   return gcclSuccess;
 }
@@ -214,18 +218,18 @@ static gcclResult_t allgather(struct rr* w) {
   size_t off, len;
   for (int s = 0; s < p - 1; s++)
     for (int j = 0; j < K; j++) {
-      int i = (p - 1 + s) * K + j, chunk = ring_mod(w->r - s - 1, p), fin = chunk * K + j;
+      int i = (p - 1 + s) * K + j, chunk = prim_mod(w->r - s - 1, p), fin = chunk * K + j;
       segment_of(w, chunk, j, &off, &len);
       unsigned char* f = w->final + (size_t)fin * w->slot;
       if (len) {
-        GCCL_CHECK(coll_wait(tp, &w->rreq[i]));
-        if (s < p - 2) GCCL_CHECK(tp->ops->isend(tp, w->next, f, w->final_bytes[fin], &w->final_sreq[fin]));
+        GCCL_CHECK(prim_wait(tp, &w->rreq[i]));
+        if (s < p - 2) GCCL_CHECK(prim_forward(tp, w->next, f, w->final_bytes[fin], &w->final_sreq[fin]));
       }
-      GCCL_CHECK(post_recv(w, i + w->window));
+      GCCL_CHECK(post_item(w, i + w->window));
       if (len)
         GCCL_CHECK(frame_decode_f32_to(f, w->final_bytes[fin], (unsigned char*)a->recvbuff + off * w->size, a->dt, len,
                                        w->stage));
-      tp_progress(tp);
+      prim_progress(tp);
     }
   return gcclSuccess;
 }

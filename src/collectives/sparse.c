@@ -53,6 +53,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/algorithms.h"
+#include "collectives/prims.h"
 #include "common/dtype.h"
 #include "common/result.h"
 #include "compress/codec_util.h"
@@ -63,8 +65,6 @@
 #include "compress/index_code.h"
 #include "compress/topk.h"
 
-#define RANGE_SPARSE 0x53505347u /* "GSPS" */
-#define RANGE_DENSE 0x44505347u  /* "GSPD" */
 #define KEY_MASK 0x7FFFFFFFu
 #define KEY_INF 0x7F800000u
 
@@ -72,15 +72,6 @@ static uint32_t f32_bits(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);
   return u;
-}
-
-static gcclResult_t wait_all(struct transport* tp, tp_req* reqs, int n) {
-  gcclResult_t first = gcclSuccess;
-  for (int i = 0; i < n; i++) {
-    gcclResult_t res = coll_wait(tp, &reqs[i]);
-    if (first == gcclSuccess) first = res;
-  }
-  return first;
 }
 
 /* Points *base at a workspace of `bytes`, growing it if needed while keeping its
@@ -104,78 +95,102 @@ static gcclResult_t workspace_keep(struct coll_ctx* ctx, size_t keep, size_t byt
   return res;
 }
 
+/* sparse_frames_sum's workspace after the caller's own frame: sizes (everyone's,
+ * then mine), requests, frame addresses, checked headers, the peers' frames
+ * (frames_bytes), and the fp32 sum for other dtypes (sum_n). */
+struct ag_work {
+  uint64_t* sizes;
+  tp_req *sreq, *rreq;
+  const unsigned char** frame;
+  struct frame_header* head;
+  unsigned char* frames;
+  float* sum;
+};
+
+static void ag_carve(struct prim_carver* c, struct ag_work* w, size_t own_end, size_t p, size_t frames_bytes,
+                     size_t sum_n) {
+  prim_carve(c, own_end);
+  w->sizes = PRIM_CARVE(c, uint64_t, p + 1);
+  w->sreq = PRIM_CARVE(c, tp_req, p);
+  w->rreq = PRIM_CARVE(c, tp_req, p);
+  w->frame = PRIM_CARVE(c, const unsigned char*, p);
+  w->head = PRIM_CARVE(c, struct frame_header, p);
+  w->frames = prim_carve(c, frames_bytes);
+  w->sum = PRIM_CARVE(c, float, sum_n);
+}
+
+/* Carves w with its areas in a workspace that keeps its first `keep` bytes. */
+static gcclResult_t ag_work_get(struct coll_ctx* ctx, size_t keep, size_t own_end, size_t frames_bytes, size_t sum_n,
+                                struct ag_work* w) {
+  struct prim_carver c = {0};
+  size_t p = (size_t)ctx->nranks;
+  ag_carve(&c, w, own_end, p, frames_bytes, sum_n);
+  GCCL_CHECK(workspace_keep(ctx, keep, c.used, &c.base));
+  c.used = 0;
+  ag_carve(&c, w, own_end, p, frames_bytes, sum_n);
+  return gcclSuccess;
+}
+
 gcclResult_t sparse_frames_sum(struct coll_ctx* ctx, const struct coll_args* a, size_t own_at, size_t own_bytes,
                                float** sum) {
   struct transport* tp = ctx->tp;
   int p = ctx->nranks, me = ctx->rank;
-  size_t n = a->count, up = (size_t)p;
-  /* after the own frame: sizes (everyone's, then mine), requests, frame
-   * addresses, checked headers, frames, fp32 sum */
-  size_t sizes_at = coll_align64(own_at + own_bytes);
-  size_t reqs_at = sizes_at + coll_align64((up + 1) * sizeof(uint64_t));
-  size_t ptrs_at = reqs_at + coll_align64(2 * up * sizeof(tp_req));
-  size_t heads_at = ptrs_at + coll_align64(up * sizeof(unsigned char*));
-  size_t frames_at = heads_at + coll_align64(up * sizeof(struct frame_header));
-  unsigned char* base;
-  GCCL_CHECK(workspace_keep(ctx, own_at + own_bytes, frames_at, &base));
-  uint64_t* sizes = (uint64_t*)(void*)(base + sizes_at);
-  sizes[up] = own_bytes;
-  GCCL_CHECK(tp->ops->allgather_small(tp, &sizes[up], sizeof(uint64_t), sizes));
+  size_t n = a->count, up = (size_t)p, own_end = own_at + own_bytes;
+  struct ag_work w;
+  GCCL_CHECK(ag_work_get(ctx, own_end, own_end, 0, 0, &w));
+  w.sizes[up] = own_bytes;
+  GCCL_CHECK(prim_allgather_small(tp, &w.sizes[up], sizeof(uint64_t), w.sizes));
 
   /* Every rank encodes into compressor_bound_f32 bytes, so a larger announced
    * size is corrupt: refused before it can size the workspace. */
-  size_t total = frames_at, bound = compressor_bound_f32(a->comp, n);
+  size_t frames_bytes = 0, bound = compressor_bound_f32(a->comp, n);
   for (int r = 0; r < p; r++) {
     if (r == me) continue;
-    if (sizes[r] > bound)
+    if (w.sizes[r] > bound)
       return err_set(gcclCorruptData, "sparse: rank %d announces a frame of %llu bytes, above the codec's bound of %zu",
-                     r, (unsigned long long)sizes[r], bound);
-    total += coll_align64((size_t)sizes[r]);
+                     r, (unsigned long long)w.sizes[r], bound);
+    frames_bytes += prim_align64((size_t)w.sizes[r]);
   }
-  size_t sum_at = total;
-  if (a->dt != gcclFloat32) total += coll_align64(n * sizeof(float));
-  GCCL_CHECK(workspace_keep(ctx, frames_at, total, &base));
-  sizes = (uint64_t*)(void*)(base + sizes_at);
-  tp_req* sreq = (tp_req*)(void*)(base + reqs_at);
-  tp_req* rreq = sreq + p;
-  const unsigned char** frame = (const unsigned char**)(void*)(base + ptrs_at);
-  struct frame_header* head = (struct frame_header*)(void*)(base + heads_at);
-  for (int r = 0; r < p; r++) sreq[r] = rreq[r] = -1;
+  GCCL_CHECK(ag_work_get(ctx, (size_t)(w.frames - (unsigned char*)ctx->work), own_end, frames_bytes,
+                         a->dt == gcclFloat32 ? 0 : n, &w));
+  prim_slots_clear(w.sreq, up);
+  prim_slots_clear(w.rreq, up);
 
   /* receive every peer's frame at its place, then send mine (staggered, so the
    * first sends of all ranks go to different receivers) */
-  size_t at = frames_at;
+  unsigned char* own = (unsigned char*)ctx->work + own_at;
+  size_t at = 0;
   for (int r = 0; r < p; r++) {
     if (r == me) {
-      frame[r] = base + own_at; /* sizes[me] is own_bytes */
+      w.frame[r] = own; /* sizes[me] is own_bytes */
       continue;
     }
-    frame[r] = base + at;
-    GCCL_CHECK(tp->ops->irecv(tp, r, base + at, (size_t)sizes[r], &rreq[r]));
-    at += coll_align64((size_t)sizes[r]);
+    w.frame[r] = w.frames + at;
+    GCCL_CHECK(prim_post_recv(tp, r, w.frames + at, (size_t)w.sizes[r], &w.rreq[r]));
+    at += prim_align64((size_t)w.sizes[r]);
   }
   for (int k = 1; k < p; k++) {
     int q = (me + k) % p;
-    GCCL_CHECK(tp->ops->isend(tp, q, base + own_at, own_bytes, &sreq[q]));
+    GCCL_CHECK(prim_post_send(tp, q, own, own_bytes, &w.sreq[q]));
   }
 
   /* rank order, whatever order the frames arrive in */
-  float* acc = a->dt == gcclFloat32 ? a->recvbuff : (float*)(void*)(base + sum_at);
+  float* acc = a->dt == gcclFloat32 ? a->recvbuff : w.sum;
   if (a->device_recv) { /* each frame added on the device as it arrives */
     GCCL_CHECK(coll_output_clear(a, acc, n));
     for (int r = 0; r < p; r++) {
-      if (r != me) GCCL_CHECK(coll_wait(tp, &rreq[r]));
-      GCCL_CHECK(coll_output_add(a, frame[r], (size_t)sizes[r], acc, n));
+      if (r != me) GCCL_CHECK(prim_wait(tp, &w.rreq[r]));
+      GCCL_CHECK(coll_output_add(a, w.frame[r], (size_t)w.sizes[r], acc, n));
     }
   } else {                        /* each frame checked as it arrives, then all summed a block at a time */
     for (int r = 0; r < p; r++) { /* mine first: it needs no wait */
       int q = (me + r) % p;
-      GCCL_CHECK(coll_wait(tp, &rreq[q]));
-      GCCL_CHECK(frame_check(frame[q], (size_t)sizes[q], n, gcclFloat32, &head[q]));
+      GCCL_CHECK(prim_wait(tp, &w.rreq[q]));
+      GCCL_CHECK(frame_check(w.frame[q], (size_t)w.sizes[q], n, gcclFloat32, &w.head[q]));
     }
-    GCCL_CHECK(frames_sum_f32(frame, head, p, acc, n));
+    GCCL_CHECK(frames_sum_f32(w.frame, w.head, p, acc, n));
   }
-  GCCL_CHECK(wait_all(tp, sreq, p));
+  GCCL_CHECK(prim_wait_all(tp, w.sreq, up));
   *sum = acc;
   return gcclSuccess;
 }
@@ -258,114 +273,6 @@ gcclResult_t allreduce_sparse_ag(struct coll_ctx* ctx, const struct coll_args* a
 
 /* ---- sparse split-reduce ------------------------------------------------------------- */
 
-/* Builds one range message: range_begin with the number of entries to come,
- * range_put for each (offsets increasing), range_end. Sparse when smaller than
- * the dense range. */
-struct range_out {
-  unsigned char* m;
-  size_t len, entries, section;
-  unsigned char* v; /* sparse: next value */
-  struct index_writer w;
-  float* dense;
-};
-
-static int range_sparse(size_t len, size_t entries) {
-  return entries * sizeof(float) + index_code_bytes(len, entries) < len * sizeof(float);
-}
-
-static void range_begin(struct range_out* o, unsigned char* m, size_t len, size_t entries) {
-  o->m = m;
-  o->len = len;
-  o->entries = entries;
-  o->section = index_code_bytes(len, entries);
-  int sparse = range_sparse(len, entries);
-  put_u32le(m, sparse ? RANGE_SPARSE : RANGE_DENSE);
-  put_u32le(m + 4, 0);
-  put_u64le(m + 8, sparse ? entries : len);
-  o->dense = NULL;
-  if (sparse) {
-    o->v = m + RANGE_HEADER;
-    index_writer_init(&o->w, o->v + entries * sizeof(float), len, entries);
-  } else {
-    o->dense = (float*)(void*)(m + RANGE_HEADER);
-    memset(o->dense, 0, len * sizeof(float));
-  }
-}
-
-static inline void range_put(struct range_out* o, size_t off, float x) {
-  if (o->dense) {
-    o->dense[off] += x; /* 0 + x, as a decode into zeros adds it */
-  } else {
-    put_f32(o->v, x);
-    o->v += 4;
-    index_writer_put(&o->w, off);
-  }
-}
-
-/* The message's size. */
-static size_t range_end(struct range_out* o) {
-  if (o->dense) return RANGE_HEADER + o->len * sizeof(float);
-  index_writer_finish(&o->w);
-  return RANGE_HEADER + o->entries * sizeof(float) + o->section;
-}
-
-size_t sparse_range_write(unsigned char* m, const float* x, size_t len) {
-  size_t entries = 0;
-  for (size_t i = 0; i < len; i++) entries += f32_bits(x[i]) != 0;
-  if (!range_sparse(len, entries)) {
-    put_u32le(m, RANGE_DENSE);
-    put_u32le(m + 4, 0);
-    put_u64le(m + 8, len);
-    memcpy(m + RANGE_HEADER, x, len * sizeof(float));
-    return RANGE_HEADER + len * sizeof(float);
-  }
-  struct range_out o;
-  range_begin(&o, m, len, entries);
-  for (size_t i = 0; i < len; i++)
-    if (f32_bits(x[i]) != 0) range_put(&o, i, x[i]);
-  return range_end(&o);
-}
-
-static gcclResult_t range_corrupt(int from, const char* what) {
-  return err_set(gcclCorruptData, "sparse-sr: range message from rank %d: %s", from, what);
-}
-
-gcclResult_t sparse_range_apply(const unsigned char* m, size_t bytes, float* dst, size_t len, int add, int from) {
-  if (bytes < RANGE_HEADER) return range_corrupt(from, "shorter than its header");
-  uint32_t tag = get_u32le(m);
-  uint64_t entries = get_u64le(m + 8);
-  const unsigned char* v = m + RANGE_HEADER;
-  if (get_u32le(m + 4) != 0) return range_corrupt(from, "reserved bytes are not zero");
-  if (tag == RANGE_DENSE) {
-    if (entries != len || bytes - RANGE_HEADER != len * sizeof(float))
-      return range_corrupt(from, "dense size does not match the range");
-    if (!add) {
-      memcpy(dst, v, len * sizeof(float));
-    } else {
-      for (size_t i = 0; i < len; i++) dst[i] += get_f32(v + 4 * i);
-    }
-    return gcclSuccess;
-  }
-  if (tag != RANGE_SPARSE) return range_corrupt(from, "unknown tag");
-  size_t section = index_code_bytes(len, entries);
-  if (entries > len || section == SIZE_MAX || bytes - RANGE_HEADER != entries * sizeof(float) + section ||
-      entries * sizeof(float) + section >= len * sizeof(float))
-    return range_corrupt(from, "sparse size does not match its entry count and range");
-  const unsigned char* sec = v + entries * sizeof(float);
-  if (index_code_validate(sec, section, len, entries) != gcclSuccess)
-    return range_corrupt(from, "offsets are not an index section of the range");
-  if (!add) memset(dst, 0, len * sizeof(float));
-  struct index_reader r;
-  index_reader_init(&r, sec, section, len, entries);
-  uint64_t idx[256];
-  for (size_t got; (got = index_reader_next(&r, idx, 256)) > 0; v += 4 * got)
-    for (size_t j = 0; j < got; j++) {
-      float x = get_f32(v + 4 * j);
-      dst[idx[j]] = add ? dst[idx[j]] + x : x;
-    }
-  return gcclSuccess;
-}
-
 /* A rank's own top-k selection as (index, value) entries in index order: the
  * frame's kept values merged with its exceptions (raw values; top-k never keeps
  * an exception's index). */
@@ -418,6 +325,21 @@ struct sr_work {
   float* A;
 };
 
+/* Requests, sizes and counts; the frame; D; one message slot per rank (received
+ * from it; mine holds my own range's messages); A. */
+static void sr_carve(struct prim_carver* c, struct sr_work* w, size_t p, size_t frame_room, size_t d_room,
+                     size_t max_len) {
+  w->s1 = PRIM_CARVE(c, tp_req, p);
+  w->s2 = PRIM_CARVE(c, tp_req, p);
+  w->rreq = PRIM_CARVE(c, tp_req, p);
+  w->got = PRIM_CARVE(c, size_t, p);
+  w->entries = PRIM_CARVE(c, size_t, p);
+  w->frame = prim_carve(c, frame_room);
+  w->D = prim_carve(c, d_room);
+  w->slots = prim_carve(c, p * w->slot);
+  w->A = PRIM_CARVE(c, float, max_len);
+}
+
 static unsigned char* slot_of(const struct sr_work* w, int r) {
   return w->slots + (size_t)r * w->slot;
 }
@@ -429,14 +351,14 @@ static gcclResult_t range_send(struct coll_ctx* ctx, struct sr_work* w, int q, u
     *own_bytes = bytes;
     return gcclSuccess;
   }
-  return ctx->tp->ops->isend(ctx->tp, q, m, bytes, &w->s1[q]);
+  return prim_post_send(ctx->tp, q, m, bytes, &w->s1[q]);
 }
 
 static unsigned char* range_dest(const struct coll_ctx* ctx, const struct sr_work* w, int q, unsigned char** next,
                                  size_t len) {
   if (q == ctx->rank) return slot_of(w, q);
   unsigned char* m = *next;
-  *next += coll_align64(RANGE_HEADER + len * sizeof(float));
+  *next += prim_align64(RANGE_HEADER + len * sizeof(float));
   return m;
 }
 
@@ -463,20 +385,20 @@ static gcclResult_t send_entries(struct coll_ctx* ctx, const struct coll_args* a
   if (res == gcclSuccess) {
     /* ranges in index order, each begun when the entries reach it */
     unsigned char* next = w->msgs;
-    struct range_out o;
+    struct sparse_range_out o;
     int q = 0;
     coll_chunk(n, p, q, &off, &len);
-    range_begin(&o, range_dest(ctx, w, q, &next, len), len, w->entries[q]);
+    sparse_range_begin(&o, range_dest(ctx, w, q, &next, len), len, w->entries[q]);
     int more = entries_next(s, &i, &v);
     for (;;) {
       while (more && i < off + len) {
-        range_put(&o, i - off, v);
+        sparse_range_put(&o, i - off, v);
         more = entries_next(s, &i, &v);
       }
-      if (len) res = range_send(ctx, w, q, o.m, range_end(&o), own_bytes);
+      if (len) res = range_send(ctx, w, q, o.m, sparse_range_end(&o), own_bytes);
       if (res != gcclSuccess || ++q == p) break;
       coll_chunk(n, p, q, &off, &len);
-      range_begin(&o, range_dest(ctx, w, q, &next, len), len, w->entries[q]);
+      sparse_range_begin(&o, range_dest(ctx, w, q, &next, len), len, w->entries[q]);
     }
     topk_reader_free(&s->rd);
   }
@@ -510,33 +432,24 @@ gcclResult_t allreduce_sparse_sr(struct coll_ctx* ctx, const struct coll_args* a
   coll_chunk(n, p, me, &my_off, &my_len);
   coll_chunk(n, p, 0, &off, &max_len); /* chunk 0 is the longest */
 
-  /* Workspace: requests, sizes and counts; the frame; D; one message slot per
-   * rank (received from it; mine holds my own range's messages); A. The
-   * outgoing phase-1 messages take whichever of the frame's and D's space is
-   * free: D's when the frame is read entry by entry, else the frame's. */
+  /* The outgoing phase-1 messages take whichever of the frame's and D's space
+   * is free: D's when the frame is read entry by entry, else the frame's. */
   size_t outgoing = 0;
   for (int q = 0; q < p; q++) {
     coll_chunk(n, p, q, &off, &len);
-    if (q != me) outgoing += coll_align64(RANGE_HEADER + len * sizeof(float));
+    if (q != me) outgoing += prim_align64(RANGE_HEADER + len * sizeof(float));
   }
   struct sr_work w;
-  w.slot = coll_align64(RANGE_HEADER + max_len * sizeof(float));
-  size_t reqs_bytes = coll_align64(3 * up * sizeof(tp_req)), sizes_bytes = coll_align64(2 * up * sizeof(size_t));
-  size_t frame_room = coll_align64(bound) > outgoing ? coll_align64(bound) : outgoing;
-  size_t d_room = coll_align64(n * sizeof(float)) > outgoing ? coll_align64(n * sizeof(float)) : outgoing;
-  unsigned char* base;
-  GCCL_CHECK(coll_workspace(ctx, reqs_bytes + sizes_bytes + frame_room + d_room + up * w.slot + max_len * sizeof(float),
-                            (void**)&base));
-  w.s1 = (tp_req*)(void*)base;
-  w.s2 = w.s1 + p;
-  w.rreq = w.s2 + p;
-  w.got = (size_t*)(void*)(base + reqs_bytes);
-  w.entries = w.got + p;
-  w.frame = base + reqs_bytes + sizes_bytes;
-  w.D = (float*)(void*)(w.frame + frame_room);
-  w.slots = (unsigned char*)w.D + d_room;
-  w.A = (float*)(void*)(w.slots + up * w.slot);
-  for (int r = 0; r < p; r++) w.s1[r] = w.s2[r] = w.rreq[r] = -1;
+  w.slot = prim_align64(RANGE_HEADER + max_len * sizeof(float));
+  size_t frame_room = prim_align64(bound) > outgoing ? bound : outgoing;
+  size_t d_room = prim_align64(n * sizeof(float)) > outgoing ? n * sizeof(float) : outgoing;
+  struct prim_carver carver = {0};
+  sr_carve(&carver, &w, up, frame_room, d_room, max_len);
+  GCCL_CHECK(prim_carve_workspace(ctx, &carver));
+  sr_carve(&carver, &w, up, frame_room, d_room, max_len);
+  prim_slots_clear(w.s1, up);
+  prim_slots_clear(w.s2, up);
+  prim_slots_clear(w.rreq, up);
 
   size_t frame_bytes, own_bytes = 0;
   struct frame_header h;
@@ -547,7 +460,7 @@ gcclResult_t allreduce_sparse_sr(struct coll_ctx* ctx, const struct coll_args* a
   for (int s = 0; s < p && my_len; s++)
     if (s != me)
       GCCL_CHECK(
-          tp->ops->irecv_upto(tp, s, slot_of(&w, s), RANGE_HEADER + my_len * sizeof(float), &w.got[s], &w.rreq[s]));
+          prim_post_recv_upto(tp, s, slot_of(&w, s), RANGE_HEADER + my_len * sizeof(float), &w.got[s], &w.rreq[s]));
   if (h.codec == CODEC_TOPK && !(h.flags & FRAME_FLAG_RAW)) {
     w.msgs = (unsigned char*)w.D;
     GCCL_CHECK(send_entries(ctx, a, &w, &h, &own_bytes));
@@ -558,7 +471,7 @@ gcclResult_t allreduce_sparse_sr(struct coll_ctx* ctx, const struct coll_args* a
   float* A = w.A;
   memset(A, 0, my_len * sizeof(float));
   for (int s = 0; s < p && my_len; s++) {
-    if (s != me) GCCL_CHECK(coll_wait(tp, &w.rreq[s]));
+    if (s != me) GCCL_CHECK(prim_wait(tp, &w.rreq[s]));
     GCCL_CHECK(sparse_range_apply(slot_of(&w, s), s == me ? own_bytes : w.got[s], A, my_len, 1, s));
   }
   if (c->spec.global)
@@ -568,24 +481,24 @@ gcclResult_t allreduce_sparse_sr(struct coll_ctx* ctx, const struct coll_args* a
   for (int s = 0; s < p; s++) {
     coll_chunk(n, p, s, &off, &len);
     if (s != me && len)
-      GCCL_CHECK(tp->ops->irecv_upto(tp, s, slot_of(&w, s), RANGE_HEADER + len * sizeof(float), &w.got[s], &w.rreq[s]));
+      GCCL_CHECK(prim_post_recv_upto(tp, s, slot_of(&w, s), RANGE_HEADER + len * sizeof(float), &w.got[s], &w.rreq[s]));
   }
   if (my_len) {
     size_t bytes = sparse_range_write(slot_of(&w, me), A, my_len);
     for (int k = 1; k < p; k++)
-      GCCL_CHECK(tp->ops->isend(tp, (me + k) % p, slot_of(&w, me), bytes, &w.s2[(me + k) % p]));
+      GCCL_CHECK(prim_post_send(tp, (me + k) % p, slot_of(&w, me), bytes, &w.s2[(me + k) % p]));
   }
   /* non-fp32 outputs are built in D and rounded once: D (or the phase-1
    * messages in its space) is free once those sends are done */
-  GCCL_CHECK(wait_all(tp, w.s1, p));
+  GCCL_CHECK(prim_wait_all(tp, w.s1, up));
   float* dst = a->dt == gcclFloat32 ? a->recvbuff : w.D;
   if (my_len) memcpy(dst + my_off, A, my_len * sizeof(float));
   for (int s = 0; s < p; s++) {
     coll_chunk(n, p, s, &off, &len);
     if (s == me || len == 0) continue;
-    GCCL_CHECK(coll_wait(tp, &w.rreq[s]));
+    GCCL_CHECK(prim_wait(tp, &w.rreq[s]));
     GCCL_CHECK(sparse_range_apply(slot_of(&w, s), w.got[s], dst + off, len, 0, s));
   }
   if (a->dt != gcclFloat32) f32_store(a->recvbuff, a->dt, w.D, n);
-  return wait_all(tp, w.s2, p);
+  return prim_wait_all(tp, w.s2, up);
 }

@@ -4,7 +4,9 @@
 
 #include <stddef.h>
 
-#include "coll.h"
+#include "collectives/coll.h"
+#include "compress/codec_util.h"
+#include "compress/index_code.h"
 
 /* Every rank sends its frame of a->count fp32 elements (at workspace offset
  * own_at, own_bytes long) to every peer, and sums all p frames, its own
@@ -25,6 +27,30 @@ gcclResult_t sparse_frames_sum(struct coll_ctx* ctx, const struct coll_args* a, 
  *                               |   (index_code.h); 4 entries + section < 4 len
  *                               | dense ("GSPD"): entries = len f32 values */
 #define RANGE_HEADER 16
+
+/* Builds one range message: sparse_range_begin with the number of entries to come,
+ * sparse_range_put for each (offsets increasing), sparse_range_end. Sparse when smaller than
+ * the dense range. */
+struct sparse_range_out {
+  unsigned char* m;
+  size_t len, entries, section;
+  unsigned char* v; /* sparse: next value */
+  struct index_writer w;
+  float* dense;
+};
+
+void sparse_range_begin(struct sparse_range_out* o, unsigned char* m, size_t len, size_t entries);
+static inline void sparse_range_put(struct sparse_range_out* o, size_t off, float x) {
+  if (o->dense) {
+    o->dense[off] += x; /* 0 + x, as a decode into zeros adds it */
+  } else {
+    put_f32(o->v, x);
+    o->v += 4;
+    index_writer_put(&o->w, off);
+  }
+}
+/* The message's size. */
+size_t sparse_range_end(struct sparse_range_out* o);
 
 /* Writes x[0, len) as a range message at m (room: RANGE_HEADER + 4 len bytes)
  * and returns its size. Its entries are the nonzeros: any bit set, so -0 travels. */

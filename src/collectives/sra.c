@@ -37,7 +37,7 @@
  * its receiver has answered the sender's handshake, which it does inside MPI
  * calls, so a rank decoding a frame for 10 ms holds up every frame sent to it
  * meanwhile. Frames that decode by ranges are decoded a slice at a time with
- * the transport's progress between slices (decode_sliced): each ring step's
+ * the transport's progress between slices (prim_decode): each ring step's
  * transfer then starts when its sender posts it (1 Gbit/s test bed, fp16: a
  * ring step's median 112 instead of 120-125 ms, BENCHMARKS.md). For the same
  * reason the ring's first receive is posted before phase 1's sum (into the slot
@@ -63,7 +63,8 @@
  * whole input as its frame. Chunks or slots of 0 elements are not sent: both sides know
  * the lengths. */
 
-#include "collectives/coll.h"
+#include "collectives/algorithms.h"
+#include "collectives/prims.h"
 #include "common/dtype.h"
 #include "common/result.h"
 #include "compress/compressor.h"
@@ -84,27 +85,30 @@ struct sra_work {
   struct frame_header* head; /* [p] the received frames' checked headers */
 };
 
-/* Lays the workspace out: 2p frame slots of `frame_bytes`, and two fp32 areas of
+/* Lays the workspace out: 2p frame slots of w->slot bytes, and two fp32 areas of
  * sum_n and stage_n elements. */
+static void sra_carve(struct prim_carver* c, struct sra_work* w, size_t p, size_t sum_n, size_t stage_n) {
+  w->sreq = PRIM_CARVE(c, tp_req, p);
+  w->rreq = PRIM_CARVE(c, tp_req, p);
+  w->got = PRIM_CARVE(c, size_t, p);
+  w->sent = PRIM_CARVE(c, size_t, p);
+  w->head = PRIM_CARVE(c, struct frame_header, p);
+  w->out = prim_carve(c, p * w->slot);
+  w->in = prim_carve(c, p * w->slot);
+  w->sum = PRIM_CARVE(c, float, sum_n);
+  w->stage = PRIM_CARVE(c, float, stage_n);
+}
+
 static gcclResult_t sra_work_get(struct coll_ctx* ctx, size_t frame_bytes, size_t sum_n, size_t stage_n,
                                  struct sra_work* w) {
   size_t p = (size_t)ctx->nranks;
-  size_t reqs = coll_align64(2 * p * sizeof(tp_req)), sizes = coll_align64(2 * p * sizeof(size_t));
-  size_t heads = coll_align64(p * sizeof(struct frame_header));
-  w->slot = coll_align64(frame_bytes);
-  size_t sum_bytes = coll_align64(sum_n * sizeof(float)), stage_bytes = coll_align64(stage_n * sizeof(float));
-  unsigned char* base;
-  GCCL_CHECK(coll_workspace(ctx, reqs + sizes + heads + 2 * p * w->slot + sum_bytes + stage_bytes, (void**)&base));
-  w->sreq = (tp_req*)(void*)base;
-  w->rreq = w->sreq + p;
-  w->got = (size_t*)(void*)(base + reqs);
-  w->sent = w->got + p;
-  w->head = (struct frame_header*)(void*)(base + reqs + sizes);
-  w->out = base + reqs + sizes + heads;
-  w->in = w->out + p * w->slot;
-  w->sum = (float*)(void*)(w->in + p * w->slot);
-  w->stage = (float*)(void*)((unsigned char*)w->sum + sum_bytes);
-  for (size_t r = 0; r < p; r++) w->sreq[r] = w->rreq[r] = -1;
+  w->slot = prim_align64(frame_bytes);
+  struct prim_carver carver = {0};
+  sra_carve(&carver, w, p, sum_n, stage_n);
+  GCCL_CHECK(prim_carve_workspace(ctx, &carver));
+  sra_carve(&carver, w, p, sum_n, stage_n);
+  prim_slots_clear(w->sreq, p);
+  prim_slots_clear(w->rreq, p);
   return gcclSuccess;
 }
 
@@ -113,36 +117,6 @@ static unsigned char* out_frame(const struct sra_work* w, int r) {
 }
 static unsigned char* in_frame(const struct sra_work* w, int r) {
   return w->in + (size_t)r * w->slot;
-}
-
-/* Elements decoded between two calls of the transport's progress: ~0.3 ms. */
-#define PROGRESS_SLICE ((size_t)1 << 18)
-
-/* Decodes a frame of n elements into the fp32 dst (added when add, else
- * stored), checked whole first, then a slice at a time with the transport's
- * progress (where it has one) between slices (see the top of the file); frames
- * that do not decode by ranges in one go. Same bits either way. */
-static gcclResult_t decode_sliced(struct transport* tp, const void* frame, size_t bytes, size_t n, float* dst,
-                                  int add) {
-  struct frame_header h;
-  GCCL_CHECK(frame_check(frame, bytes, n, gcclFloat32, &h));
-  size_t g = frame_range_granule(&h);
-  if (g == 0) {
-    if (!add) memset(dst, 0, n * sizeof *dst); /* stored = added to +0.0f, as frame_decode_f32_to does */
-    return frame_accumulate_checked(&h, frame, dst, gcclFloat32);
-  }
-  size_t slice = (PROGRESS_SLICE + g - 1) / g * g;
-  for (size_t from = 0; from < n; from += slice) {
-    GCCL_CHECK(frame_decode_range(&h, frame, from, n - from < slice ? n - from : slice, dst + from, !add));
-    tp_progress(tp);
-  }
-  return gcclSuccess;
-}
-
-/* Waits for every pending send (their frames must outlive them). */
-static gcclResult_t wait_sends(struct transport* tp, const struct sra_work* w, int p) {
-  for (int r = 0; r < p; r++) GCCL_CHECK(coll_wait(tp, &w->sreq[r]));
-  return gcclSuccess;
 }
 
 /* Where a chunk or slot lies: allreduce cuts a->count into p chunks, reduce-scatter
@@ -177,7 +151,7 @@ static gcclResult_t frames_in(struct coll_ctx* ctx, struct sra_work* w, size_t m
   int ranges = 1;
   for (int r = 0; r < p; r++) {
     if (r == ctx->rank) continue;
-    GCCL_CHECK(coll_wait(ctx->tp, &w->rreq[r]));
+    GCCL_CHECK(prim_wait(ctx->tp, &w->rreq[r]));
     GCCL_CHECK(frame_check(in_frame(w, r), w->got[r], my_len, gcclFloat32, &w->head[r]));
     size_t gr = frame_range_granule(&w->head[r]);
     if (gr == 0 || (gr > g ? gr % g : g % gr) != 0) ranges = 0;
@@ -209,8 +183,8 @@ static gcclResult_t sum_by_blocks(struct coll_ctx* ctx, const struct coll_args* 
       else
         GCCL_CHECK(frame_decode_range(&w->head[r], in_frame(w, r), b0, m, w->sum + b0, r == 0));
     }
-    if ((since_progress += m * (size_t)p) >= PROGRESS_SLICE) {
-      tp_progress(tp);
+    if ((since_progress += m * (size_t)p) >= PRIM_PROGRESS_SLICE) {
+      prim_progress(tp);
       since_progress = 0;
     }
   }
@@ -231,22 +205,21 @@ static gcclResult_t scatter_reduce(struct coll_ctx* ctx, const struct coll_args*
 
   /* every peer's frame of my part, posted before anything is sent */
   for (int r = 0; r < p; r++)
-    if (r != me && my_len) GCCL_CHECK(tp->ops->irecv_upto(tp, r, in_frame(w, r), w->slot, &w->got[r], &w->rreq[r]));
+    if (r != me && my_len) GCCL_CHECK(prim_post_recv_upto(tp, r, in_frame(w, r), w->slot, &w->got[r], &w->rreq[r]));
   for (int k = 1; k < p; k++) {
     int j = (me - k + p) % p;
     part_of(a, p, j, &off, &len);
     if (!len) continue;
-    GCCL_CHECK(compressor_encode_f32(c, in + off * size, a->dt, a->comp_first + off, len, EF_ADD, 0, out_frame(w, j),
-                                     w->slot, &w->sent[j]));
-    GCCL_CHECK(tp->ops->isend(tp, j, out_frame(w, j), w->sent[j], &w->sreq[j]));
+    struct prim_encode e = {c, in + off * size, a->dt, a->comp_first + off, len, EF_ADD, 0};
+    GCCL_CHECK(prim_encode_send(tp, j, &e, out_frame(w, j), w->slot, &w->sent[j], &w->sreq[j]));
   }
   /* allreduce: the ring's first frame (chunk prev's, from prev) may come while
    * this rank sums; after prev's phase-1 frame on that lane, so matched after it.
    * It lands in slot me, which phase 1 leaves unused. */
-  int prev = (me - 1 + p) % p;
+  int prev = prim_ring_of(me, p).prev;
   part_of(a, p, prev, &off, &len);
   if (a->kind == COLL_ALLREDUCE && p > 1 && len)
-    GCCL_CHECK(tp->ops->irecv_upto(tp, prev, in_frame(w, me), w->slot, &w->got[me], &w->rreq[me]));
+    GCCL_CHECK(prim_post_recv_upto(tp, prev, in_frame(w, me), w->slot, &w->got[me], &w->rreq[me]));
   size_t block = 0;
   if (my_len && small_frames(c, my_len)) GCCL_CHECK(frames_in(ctx, w, my_len, &block));
   if (block) return sum_by_blocks(ctx, a, w, my_off, my_len, block);
@@ -258,8 +231,8 @@ static gcclResult_t scatter_reduce(struct coll_ctx* ctx, const struct coll_args*
       GCCL_CHECK(
           compressor_accumulate_exact(c, in + my_off * size, a->dt, a->comp_first + my_off, my_len, w->sum, r == 0));
     } else if (my_len) {
-      GCCL_CHECK(coll_wait(tp, &w->rreq[r]));
-      GCCL_CHECK(decode_sliced(tp, in_frame(w, r), w->got[r], my_len, w->sum, r != 0));
+      GCCL_CHECK(prim_wait(tp, &w->rreq[r]));
+      GCCL_CHECK(prim_decode(tp, in_frame(w, r), w->got[r], my_len, w->sum, r != 0));
     }
   }
   return gcclSuccess;
@@ -271,7 +244,7 @@ gcclResult_t reducescatter_sra(struct coll_ctx* ctx, const struct coll_args* a) 
   GCCL_CHECK(scatter_reduce(ctx, a, &w));
   /* in place, recvbuff is this rank's slot of sendbuff: phase 1 has read it */
   f32_store(a->recvbuff, a->dt, w.sum, a->count);
-  return wait_sends(ctx->tp, &w, ctx->nranks);
+  return prim_wait_all(ctx->tp, w.sreq, (size_t)ctx->nranks);
 }
 
 /* Phase 2, a ring of frames: the owner's frame travels me -> me+1 -> ... unchanged,
@@ -281,7 +254,9 @@ gcclResult_t reducescatter_sra(struct coll_ctx* ctx, const struct coll_args* a) 
  * early (w->rreq[me]): that one lands in slot me. */
 static gcclResult_t frames_ring(struct coll_ctx* ctx, const struct coll_args* a, struct sra_work* w, size_t my_bytes) {
   struct transport* tp = ctx->tp;
-  int p = ctx->nranks, me = ctx->rank, next = (me + 1) % p, prev = (me - 1 + p) % p;
+  int p = ctx->nranks, me = ctx->rank;
+  struct prim_ring ring = prim_ring_of(me, p);
+  int next = ring.next, prev = ring.prev;
   int early = w->rreq[me] >= 0;
   unsigned char* frame = out_frame(w, me); /* the frame that goes to next at this step */
   size_t bytes = my_bytes, off, len;
@@ -298,17 +273,17 @@ static gcclResult_t frames_ring(struct coll_ctx* ctx, const struct coll_args* a,
         recv = w->rreq[me];
         w->rreq[me] = -1;
       } else if (len) {
-        GCCL_CHECK(tp->ops->irecv_upto(tp, prev, in_frame(w, into), w->slot, &w->got[into], &recv));
+        GCCL_CHECK(prim_post_recv_upto(tp, prev, in_frame(w, into), w->slot, &w->got[into], &recv));
       }
       /* the last step only decodes: the frame has gone round */
-      if (hlen) GCCL_CHECK(tp->ops->isend(tp, next, frame, bytes, &w->sreq[next]));
+      if (hlen) GCCL_CHECK(prim_forward(tp, next, frame, bytes, &w->sreq[next]));
     }
     if (hlen && a->dt == gcclFloat32 && !a->device_recv)
-      GCCL_CHECK(decode_sliced(tp, frame, bytes, hlen, (float*)a->recvbuff + hoff, 0));
+      GCCL_CHECK(prim_decode(tp, frame, bytes, hlen, (float*)a->recvbuff + hoff, 0));
     else if (hlen)
       GCCL_CHECK(coll_output_frame(a, frame, bytes, hoff, hlen, w->stage));
-    GCCL_CHECK(coll_wait(tp, &recv));
-    GCCL_CHECK(coll_wait(tp, &w->sreq[next])); /* its frame is forwarded from this slot later */
+    GCCL_CHECK(prim_wait(tp, &recv));
+    GCCL_CHECK(prim_wait(tp, &w->sreq[next])); /* its frame is forwarded from this slot later */
     if (s < p - 1) {                           /* what arrived goes on at the next step */
       have = want;
       frame = in_frame(w, into);
@@ -329,11 +304,11 @@ gcclResult_t allreduce_sra(struct coll_ctx* ctx, const struct coll_args* a) {
 
   GCCL_CHECK(scatter_reduce(ctx, a, &w));
   /* phase 1's frames to peers must be gone before phase 2's messages follow them */
-  GCCL_CHECK(wait_sends(ctx->tp, &w, p));
+  GCCL_CHECK(prim_wait_all(ctx->tp, w.sreq, (size_t)p));
   size_t bytes = 0;
   if (my_len)
-    GCCL_CHECK(compressor_encode_f32(c, w.sum, gcclFloat32, a->comp_first + my_off, my_len, EF_RESTAGE, 1,
-                                     out_frame(&w, me), w.slot, &bytes));
+    GCCL_CHECK(prim_encode(&(struct prim_encode){c, w.sum, gcclFloat32, a->comp_first + my_off, my_len, EF_RESTAGE, 1},
+                           out_frame(&w, me), w.slot, &bytes));
   /* every read of sendbuff is done: from here on, recvbuff may be written */
   return frames_ring(ctx, a, &w, bytes);
 }

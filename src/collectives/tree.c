@@ -1,9 +1,8 @@
 /* tree.c — binomial trees: reduce to a root, broadcast from it, and allreduce as a
  * reduce to rank 0 followed by a broadcast from rank 0.
  *
- * Ranks are relabelled v = (rank - root) mod p so that the root is v = 0. A rank's
- * parent is v with its lowest set bit cleared; its children are v + 2^i for each
- * 2^i below that bit (every power of two for the root), as long as v + 2^i < p.
+ * Ranks are relabelled v = (rank - root) mod p so that the root is v = 0; a rank's
+ * parent and children are prim_tree_of's (prims.h).
  * For p = 8 (log2 p = 3 rounds):
  *
  *                0                 broadcast  round 0: 0->4
@@ -18,32 +17,11 @@
  * at once instead of each waiting for the whole message. */
 #include <string.h>
 
-#include "../common/dtype.h"
-#include "../common/reduce.h"
-#include "../common/result.h"
-#include "coll.h"
-
-/* Children in a binomial tree never exceed 31 for an int rank count. */
-#define TREE_MAX_CHILDREN 31
-
-struct tree_node {
-  int parent; /* -1 at the root */
-  int nchildren;
-  int children[TREE_MAX_CHILDREN]; /* nearest first: v+1, v+2, v+4, ... */
-};
-
-static struct tree_node tree_node_of(int rank, int root, int p) {
-  struct tree_node t = {.parent = -1, .nchildren = 0};
-  int v = (rank - root + p) % p;
-  for (int mask = 1; mask < p; mask <<= 1) {
-    if (v & mask) {
-      t.parent = (v - mask + root) % p;
-      break;
-    }
-    if (v + mask < p) t.children[t.nchildren++] = (v + mask + root) % p;
-  }
-  return t;
-}
+#include "collectives/algorithms.h"
+#include "collectives/prims.h"
+#include "common/dtype.h"
+#include "common/reduce.h"
+#include "common/result.h"
 
 /* Segment length: a reducing rank keeps one segment per child plus its partial sum
  * in scratch, and the root has ceil(log2 p) children. Every rank derives it from p
@@ -62,11 +40,11 @@ static gcclResult_t tree_reduce(struct coll_ctx* ctx, const struct coll_args* a,
   struct transport* tp = ctx->tp;
   size_t size = dtype_size(a->dt), seg;
   const char* in = a->sendbuff;
-  struct tree_node t = tree_node_of(ctx->rank, root, ctx->nranks);
+  struct prim_tree t = prim_tree_of(ctx->rank, root, ctx->nranks);
   GCCL_CHECK(tree_seg(ctx, size, &seg));
   char* partial = ctx->scratch;
-  const void* srcs[TREE_MAX_CHILDREN + 1];
-  tp_req reqs[TREE_MAX_CHILDREN];
+  const void* srcs[PRIM_TREE_MAX_CHILDREN + 1];
+  tp_req reqs[PRIM_TREE_MAX_CHILDREN];
   for (size_t off = 0; off < a->count; off += seg) {
     size_t len = a->count - off < seg ? a->count - off : seg;
     /* receive this segment from every child at once, one scratch slot each */
@@ -74,14 +52,14 @@ static gcclResult_t tree_reduce(struct coll_ctx* ctx, const struct coll_args* a,
     for (int c = 0; c < t.nchildren; c++) {
       char* slot = partial + (size_t)(c + 1) * seg * size;
       srcs[c + 1] = slot;
-      GCCL_CHECK(tp->ops->irecv(tp, t.children[c], slot, len * size, &reqs[c]));
+      GCCL_CHECK(prim_post_recv(tp, t.children[c], slot, len * size, &reqs[c]));
     }
-    GCCL_CHECK(tp_waitall(tp, reqs, t.nchildren));
+    GCCL_CHECK(prim_wait_all(tp, reqs, (size_t)t.nchildren));
     /* combine own data, then children nearest first: one rounding for fp16/bf16 */
     char* dst = t.parent < 0 ? root_out + off * size : partial;
     if (t.nchildren > 0 || t.parent < 0) reduce_n(dst, srcs, 1 + t.nchildren, len, a->dt, a->op);
     /* pass the subtree's partial sum up (a leaf sends its input as it is) */
-    if (t.parent >= 0) GCCL_CHECK(tp_send(tp, t.parent, t.nchildren ? dst : srcs[0], len * size));
+    if (t.parent >= 0) GCCL_CHECK(prim_send(tp, t.parent, t.nchildren ? dst : srcs[0], len * size));
   }
   return gcclSuccess;
 }
@@ -92,17 +70,17 @@ static gcclResult_t tree_broadcast(struct coll_ctx* ctx, const struct coll_args*
                                    char* out) {
   struct transport* tp = ctx->tp;
   size_t size = dtype_size(a->dt), seg;
-  struct tree_node t = tree_node_of(ctx->rank, root, ctx->nranks);
+  struct prim_tree t = prim_tree_of(ctx->rank, root, ctx->nranks);
   GCCL_CHECK(tree_seg(ctx, size, &seg));
   const char* from = t.parent < 0 ? src : out;
-  tp_req reqs[TREE_MAX_CHILDREN];
+  tp_req reqs[PRIM_TREE_MAX_CHILDREN];
   for (size_t off = 0; off < a->count; off += seg) {
     size_t bytes = (a->count - off < seg ? a->count - off : seg) * size;
-    if (t.parent >= 0) GCCL_CHECK(tp_recv(tp, t.parent, out + off * size, bytes));
+    if (t.parent >= 0) GCCL_CHECK(prim_recv(tp, t.parent, out + off * size, bytes));
     /* farthest child first: it heads the largest subtree */
     for (int c = t.nchildren - 1, n = 0; c >= 0; c--, n++)
-      GCCL_CHECK(tp->ops->isend(tp, t.children[c], from + off * size, bytes, &reqs[n]));
-    GCCL_CHECK(tp_waitall(tp, reqs, t.nchildren));
+      GCCL_CHECK(prim_post_send(tp, t.children[c], from + off * size, bytes, &reqs[n]));
+    GCCL_CHECK(prim_wait_all(tp, reqs, (size_t)t.nchildren));
   }
   if (t.parent < 0 && out != src) memcpy(out, src, a->count * size);
   return gcclSuccess;

@@ -1,27 +1,9 @@
 /* tuner.c — the one place that chooses an algorithm. */
+#include "collectives/tuner.h"
+
 #include <strings.h>
 
-#include "../compress/spec.h"
-#include "coll.h"
-
-static const char* const algo_names[ALGO_COUNT] = {"ring", "rhd",          "tree",      "direct",    "hier",
-                                                   "sra",  "ring-requant", "sparse-ag", "sparse-sr", "randk"};
-
-const char* algo_name(enum coll_algo algo) {
-  return (algo >= 0 && algo < ALGO_COUNT) ? algo_names[algo] : "auto";
-}
-
-enum coll_algo algo_from_name(const char* name) {
-  if (name)
-    for (int a = 0; a < ALGO_COUNT; a++)
-      if (!strcasecmp(name, algo_names[a])) return (enum coll_algo)a;
-  return ALGO_AUTO;
-}
-
-const char* coll_kind_name(enum coll_kind kind) {
-  static const char* const names[COLL_NKINDS] = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce"};
-  return (kind >= 0 && kind < COLL_NKINDS) ? names[kind] : "unknown collective";
-}
+#include "compress/spec.h"
 
 /* Latency-bound below this many bytes: log p hops beat 2(p-1) ring steps. */
 #define TUNER_TREE_MAX_BYTES (64u << 10)

@@ -1,11 +1,11 @@
 /* arena.c — page-aligned, pre-touched scratch memory. */
-#include "arena.h"
+#include "common/arena.h"
 
 #include <string.h>
 #include <sys/mman.h>
 
-#include "log.h"
-#include "result.h"
+#include "common/log.h"
+#include "common/result.h"
 
 gcclResult_t arena_alloc(void** out, size_t bytes) {
   *out = NULL;

@@ -5,7 +5,7 @@
  * the traffic of an out-of-place direct allreduce. Streaming stores skip that read.
  * The same holds for a codec's input built as input + residual over a whole
  * tensor (top-k with error feedback): a quarter of that pass's traffic. */
-#include "copy.h"
+#include "common/copy.h"
 
 #include <stdint.h>
 #include <string.h>

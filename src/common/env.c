@@ -1,10 +1,10 @@
 /* env.c — typed reads of GCCL_* environment variables. */
-#include "env.h"
+#include "common/env.h"
 
 #include <errno.h>
 #include <stdlib.h>
 
-#include "log.h"
+#include "common/log.h"
 
 const char* env_str(const char* name) {
   const char* v = getenv(name);

@@ -1,5 +1,5 @@
 /* log.c — GCCL_DEBUG / GCCL_DEBUG_SUBSYS logging to stderr. */
-#include "log.h"
+#include "common/log.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -8,7 +8,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "env.h"
+#include "common/env.h"
 
 static enum log_level level = LOG_NONE;
 static int subsys_mask = LOG_ALL;

@@ -1,11 +1,11 @@
 /* result.c — result names and the per-thread error text. */
-#include "result.h"
+#include "common/result.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "log.h"
+#include "common/log.h"
 
 static const char* const result_names[] = {
 #define GCCL_RESULT_NAME(code, text) text,

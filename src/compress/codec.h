@@ -133,10 +133,9 @@ struct codec_ops {
   uint64_t (*payload_offset)(const struct frame_header* h, uint64_t first);
 };
 
-/* The table for each codec, one per file (codec_none.c, codec_fp16.c, ...). */
+/* The table for each codec, one per file (codec_none.c, codec_half.c, ...). */
 extern const struct codec_ops codec_none_ops;
-extern const struct codec_ops codec_fp16_ops; /* codec_half.c */
-extern const struct codec_ops codec_bf16_ops; /* codec_half.c */
+extern const struct codec_ops codec_half_ops; /* codec_half.c: fp16 and bf16 */
 extern const struct codec_ops codec_uniform_ops;
 extern const struct codec_ops codec_qsgd_ops;
 extern const struct codec_ops codec_sign_ops;

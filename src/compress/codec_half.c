@@ -31,15 +31,6 @@
 typedef void (*half_encode_fn)(const float* x, float* resid, size_t n, unsigned char* out);
 typedef void (*half_decode_fn)(float* dst, const unsigned char* in, size_t n);
 
-static inline void put_u16(unsigned char* p, uint16_t v) {
-  memcpy(p, &v, 2);
-}
-static inline uint16_t get_u16(const unsigned char* p) {
-  uint16_t v;
-  memcpy(&v, p, 2);
-  return v;
-}
-
 static void fp16_encode_scalar(const float* x, float* resid, size_t n, unsigned char* out) {
   for (size_t i = 0; i < n; i++) {
     uint16_t h = float_to_half(x[i]);
@@ -231,17 +222,8 @@ static gcclResult_t half_decode_store_f32(const struct frame_header* h, const un
   return half_decode(h, payload, exc, nexc, dst, 1);
 }
 
-const struct codec_ops codec_fp16_ops = {
-    .payload_bound = half_payload_bound,
-    .encode = half_encode,
-    .fills_input = 1,
-    .validate = half_validate,
-    .decode_accumulate = half_decode_accumulate,
-    .decode_store_f32 = half_decode_store_f32,
-    .payload_offset = half_payload_offset,
-};
-
-const struct codec_ops codec_bf16_ops = {
+/* fp16 and bf16 share one table: the frame header's codec says which. */
+const struct codec_ops codec_half_ops = {
     .payload_bound = half_payload_bound,
     .encode = half_encode,
     .fills_input = 1,

@@ -16,30 +16,21 @@
 #error "gccl frames are little-endian and the codecs store host floats directly"
 #endif
 
-static inline void put_f32(unsigned char* p, float v) {
-  memcpy(p, &v, 4);
-}
-static inline float get_f32(const unsigned char* p) {
-  float v;
-  memcpy(&v, p, 4);
-  return v;
-}
-static inline void put_u32le(unsigned char* p, uint32_t v) {
-  memcpy(p, &v, 4);
-}
-static inline uint32_t get_u32le(const unsigned char* p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-static inline void put_u64le(unsigned char* p, uint64_t v) {
-  memcpy(p, &v, 8);
-}
-static inline uint64_t get_u64le(const unsigned char* p) {
-  uint64_t v;
-  memcpy(&v, p, 8);
-  return v;
-}
+/* put_<name> / get_<name>: a value's bytes at any address (host order, which
+ * is little-endian here). */
+#define CODEC_BYTES_ACCESSORS(name, type)                   \
+  static inline void put_##name(unsigned char* p, type v) { \
+    memcpy(p, &v, sizeof v);                                \
+  }                                                         \
+  static inline type get_##name(const unsigned char* p) {   \
+    type v;                                                 \
+    memcpy(&v, p, sizeof v);                                \
+    return v;                                               \
+  }
+CODEC_BYTES_ACCESSORS(f32, float)
+CODEC_BYTES_ACCESSORS(u16, uint16_t)
+CODEC_BYTES_ACCESSORS(u32le, uint32_t)
+CODEC_BYTES_ACCESSORS(u64le, uint64_t)
 
 /* 1 when x is neither inf nor NaN (an exponent test: no FP exceptions raised,
  * and it cannot be optimised away the way x == x can under fast-math). */

@@ -21,9 +21,8 @@ const struct codec_ops* codec_ops_for(enum codec_id c) {
     case CODEC_NONE:
       return &codec_none_ops;
     case CODEC_FP16:
-      return &codec_fp16_ops;
     case CODEC_BF16:
-      return &codec_bf16_ops;
+      return &codec_half_ops;
     case CODEC_UNIFORM:
       return &codec_uniform_ops;
     case CODEC_QSGD:

@@ -8,6 +8,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "collectives/algorithms.h"
 #include "common/arena.h"
 #include "common/env.h"
 #include "common/log.h"
@@ -112,7 +113,7 @@ gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks, int node_size, in
 void comm_free(gcclComm_t c) {
   if (c->group_stream) gcclStreamDestroy(c->group_stream);
   device_stage_free(c->device_stage);
-  if (c->tp) c->tp->ops->destroy(c->tp);
+  if (c->tp) tp_destroy(c->tp);
   arena_free(c->ctx.scratch, c->ctx.scratch_bytes);
   coll_workspace_free(&c->ctx);
   dropin_destroy(c->dropin);
@@ -146,7 +147,7 @@ gcclResult_t gcclCommInitRank(gcclComm_t* comm, int nranks, gcclUniqueId id, int
     return res;
   }
   c->ctx.tp = c->tp;
-  GCCL_INFO(LOG_INIT, "comm %p rank %d of %d ready (%s transport)", (void*)c, rank, nranks, c->tp->ops->name);
+  GCCL_INFO(LOG_INIT, "comm %p rank %d of %d ready (%s transport)", (void*)c, rank, nranks, tp_name(c->tp));
   *comm = c;
   return gcclSuccess;
 }
@@ -215,7 +216,7 @@ gcclResult_t gcclCommAbort(gcclComm_t comm) {
   GCCL_CHECK(argcheck_comm(comm, "gcclCommAbort"));
   /* Break the transport first: every blocked rank, this one's other threads
    * included, returns gcclRemoteError, so the queued work drains quickly. */
-  comm->tp->ops->abort(comm->tp, gcclRemoteError);
+  tp_abort(comm->tp, gcclRemoteError);
   atomic_store(&comm->async_error, gcclRemoteError);
   wait_idle(comm);
   comm_free(comm);
@@ -242,7 +243,7 @@ gcclResult_t gcclCommGetAsyncError(gcclComm_t comm, gcclResult_t* asyncError) {
   GCCL_CHECK(argcheck_comm(comm, "gcclCommGetAsyncError"));
   GCCL_CHECK(comm_fail(comm, argcheck_not_null(asyncError, "gcclCommGetAsyncError", "asyncError")));
   gcclResult_t e = (gcclResult_t)atomic_load(&comm->async_error);
-  if (e == gcclSuccess) e = comm->tp->ops->broken(comm->tp);
+  if (e == gcclSuccess) e = tp_broken(comm->tp);
   *asyncError = e;
   return gcclSuccess;
 }
@@ -250,7 +251,7 @@ gcclResult_t gcclCommGetAsyncError(gcclComm_t comm, gcclResult_t* asyncError) {
 /* ---- state -------------------------------------------------------------------------- */
 
 gcclResult_t comm_check_usable(gcclComm_t comm, const char* fn) {
-  gcclResult_t broken = comm->tp->ops->broken(comm->tp);
+  gcclResult_t broken = tp_broken(comm->tp);
   if (broken != gcclSuccess)
     return err_set(gcclInvalidUsage, "%s: the communicator is in an error state (%s); destroy it", fn,
                    gcclGetErrorString(broken));

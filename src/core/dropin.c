@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "collectives/cost_model.h"
+#include "collectives/tuner.h"
 #include "common/dtype.h"
 #include "common/env.h"
 #include "common/log.h"

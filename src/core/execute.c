@@ -5,6 +5,7 @@
 
 #include <stdatomic.h>
 
+#include "collectives/tuner.h"
 #include "common/dtype.h"
 #include "common/log.h"
 #include "common/result.h"
@@ -42,7 +43,7 @@ gcclResult_t execute_collective(gcclComm_t comm, const struct coll_args* call) {
             a->comp ? " codec " : "", a->comp ? a->comp->spec_text : "");
   if (a->comp) a->comp->rank = (uint64_t)comm->rank; /* stochastic rounding: independent draws per rank */
   gcclResult_t res = device_place_residual(a);
-  if (res != gcclSuccess) tp->ops->abort(tp, res); /* peers are on their way into the agreement */
+  if (res != gcclSuccess) tp_abort(tp, res); /* peers are on their way into the agreement */
   if (res == gcclSuccess) res = coll_agree(&comm->ctx, call, algo, comm->seq++);
   if (res == gcclSuccess) {
     res = coll_run(&comm->ctx, a, algo);
@@ -54,15 +55,15 @@ gcclResult_t execute_collective(gcclComm_t comm, const struct coll_args* call) {
      * pair in its place returned wrong sums as success (tests/core/test_faults.cc).
      * A rank that failed aborts the transport, so the others leave this barrier
      * with its error. The direct algorithms end in a barrier already. */
-    if (res == gcclSuccess && algo != ALGO_DIRECT) res = tp->ops->barrier(tp);
+    if (res == gcclSuccess && algo != ALGO_DIRECT) res = tp_barrier(tp);
     if (res == gcclSuccess && a->comp) res = compressor_commit(a->comp); /* the host's or the GPU twin's residual */
     /* Peers are mid-collective: a local failure must not leave them waiting. */
-    if (res != gcclSuccess) tp->ops->abort(tp, res);
+    if (res != gcclSuccess) tp_abort(tp, res);
   }
   if (res != gcclSuccess) {
     if (a->comp) compressor_abort(a->comp); /* the residual stays as it was */
-    tp->ops->cancel_all(tp);
-    gcclResult_t why = tp->ops->broken(tp);
+    tp_cancel_all(tp);
+    gcclResult_t why = tp_broken(tp);
     if (why != gcclSuccess) atomic_store(&comm->async_error, why);
   }
   return comm_fail(comm, res);

@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-#include "../transport/fault.h"
+#include "transport/fault.h"
 
 /* Copies the faults comm's rank has injected so far into counts[FAULT_KINDS], by
  * kind (all zero when GCCL_FAULT was unset at creation). Returns gcclSuccess, or

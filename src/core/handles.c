@@ -3,13 +3,13 @@
  * The set is an open-addressing hash table (linear probing, deletion by backward
  * shift) under one mutex: a lookup is a hash and a probe or two, small next to any
  * collective, and programs hold hundreds of compressors at most. */
-#include "handles.h"
+#include "core/handles.h"
 
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "../common/result.h"
+#include "common/result.h"
 
 struct slot {
   const void* p; /* NULL: empty */

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/clock.h"
-#include "../common/result.h"
-#include "../transport/local.h"
-#include "comm.h"
+#include "common/clock.h"
+#include "common/result.h"
+#include "transport/local.h"
+#include "core/comm.h"
 
 struct pending_comm {
   struct pending_comm* next;

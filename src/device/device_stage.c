@@ -152,7 +152,7 @@ gcclResult_t device_execute(struct device_stage** stage, const struct coll_ctx* 
   int ran = 0;
   gcclResult_t res = stage_and_run(stage, ctx, a, algo, comm, run, &ran);
   /* Failed before the collective began: the peers are on their way into it. */
-  if (res != gcclSuccess && !ran) ctx->tp->ops->abort(ctx->tp, res);
+  if (res != gcclSuccess && !ran) tp_abort(ctx->tp, res);
   device_leave(prev);
   return res;
 }

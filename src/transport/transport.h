@@ -72,6 +72,43 @@ struct transport {
   int caller_thread_only;
 };
 
+/* The operations, called through these and nowhere else outside src/transport
+ * (schedules use collectives/prims.h, which adds what they share). */
+static inline const char* tp_name(const struct transport* tp) {
+  return tp->ops->name;
+}
+static inline gcclResult_t tp_isend(struct transport* tp, int peer, const void* buf, size_t bytes, tp_req* req) {
+  return tp->ops->isend(tp, peer, buf, bytes, req);
+}
+static inline gcclResult_t tp_irecv(struct transport* tp, int peer, void* buf, size_t bytes, tp_req* req) {
+  return tp->ops->irecv(tp, peer, buf, bytes, req);
+}
+static inline gcclResult_t tp_irecv_upto(struct transport* tp, int peer, void* buf, size_t cap, size_t* got,
+                                         tp_req* req) {
+  return tp->ops->irecv_upto(tp, peer, buf, cap, got, req);
+}
+static inline gcclResult_t tp_wait(struct transport* tp, tp_req req) {
+  return tp->ops->wait(tp, req);
+}
+static inline gcclResult_t tp_allgather_small(struct transport* tp, const void* in, size_t bytes, void* out) {
+  return tp->ops->allgather_small(tp, in, bytes, out);
+}
+static inline gcclResult_t tp_barrier(struct transport* tp) {
+  return tp->ops->barrier(tp);
+}
+static inline void tp_cancel_all(struct transport* tp) {
+  tp->ops->cancel_all(tp);
+}
+static inline void tp_abort(struct transport* tp, gcclResult_t reason) {
+  tp->ops->abort(tp, reason);
+}
+static inline gcclResult_t tp_broken(struct transport* tp) {
+  return tp->ops->broken(tp);
+}
+static inline void tp_destroy(struct transport* tp) {
+  tp->ops->destroy(tp);
+}
+
 /* Blocking forms over the non-blocking primitives. */
 gcclResult_t tp_send(struct transport* tp, int peer, const void* buf, size_t bytes);
 gcclResult_t tp_recv(struct transport* tp, int peer, void* buf, size_t bytes);

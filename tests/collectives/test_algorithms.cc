@@ -23,7 +23,7 @@
 #include <vector>
 
 extern "C" {
-#include "collectives/coll.h"
+#include "collectives/algorithms.h"
 #include "common/dtype.h"
 #include "transport/local.h"
 }

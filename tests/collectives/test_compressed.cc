@@ -19,7 +19,7 @@
 #include "gccl.h"
 
 extern "C" {
-#include "collectives/coll.h"
+#include "collectives/algorithms.h"
 }
 
 namespace {

@@ -23,6 +23,7 @@
 #include "core/harness.h"
 
 extern "C" {
+#include "collectives/algorithms.h"
 #include "collectives/sparse.h"
 #include "common/result.h"
 #include "compress/spec.h"

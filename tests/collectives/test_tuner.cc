@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 extern "C" {
-#include "collectives/coll.h"
+#include "collectives/tuner.h"
 #include "compress/spec.h"
 }
 
