@@ -213,7 +213,7 @@ static size_t bucket_bytes(const struct codec_spec* s, size_t n, unsigned meta_b
 }
 
 /* approx=1's threshold: the sample's keys gathered on the device, the threshold
- * chosen on the host by codec_topk.c's own code (so both sides keep the same). */
+ * chosen on the host by topk_select.c's own code (so both sides keep the same). */
 static gcclResult_t approx_floor(struct gpu_compressor* g, const void* src, const float* rin, size_t k,
                                  uint32_t exc_key, uint32_t* floor, cudaStream_t st) {
   size_t n = g->host->count;

@@ -1,4 +1,4 @@
-// topk_kernels.cu — exact top-k on the GPU (codec_topk.c's selection, format and
+// topk_kernels.cu — exact top-k on the GPU (topk_select.c's selection, codec_topk.c's format and
 // error feedback), built from a radix select and CUB's stable compaction.
 //
 // key(i) = the fp32 bits of x[i] with the sign cleared (orders |x| as integers).
@@ -6,7 +6,7 @@
 // eligible, ranked by key descending, then index ascending; the first
 // K = min(k, #{eligible, key >= floor}) are kept, written in index order
 // (floor = 0 for exact top-k; approx=1's sampled threshold, which the host reads
-// off the keys TopkSample gathers, as codec_topk.c does).
+// off the keys TopkSample gathers, as topk_select.c does).
 //  1. Three histogram passes over x (digits of 11, 10 and 10 bits, most
 //     significant first) narrow the K-th largest eligible key T; a one-warp step
 //     after each pass picks the digit, so T and the ties at T still needed (K
@@ -224,7 +224,7 @@ cudaError_t Pick(const void* src, const float* resid_in, size_t n, uint32_t exc_
 }
 
 // approx=1's sample: block s gathers the keys of chunk s (every key: the host
-// drops the exceptions, as codec_topk.c's take_sample does).
+// drops the exceptions, as topk_select.c's take_sample does).
 template <gcclDataType_t DT>
 __global__ void TopkSample(const void* src, const float* resid_in, gk_topk_sample_starts starts, uint32_t* keys) {
   const size_t i = starts.start[blockIdx.x] + threadIdx.x;
