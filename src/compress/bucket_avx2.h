@@ -149,6 +149,23 @@ BUCKET_AVX2_INLINE __m256i bucket_unpack8(const unsigned char* g, const unsigned
   return _mm256_and_si256(_mm256_srlv_epi32(x, u->shift), u->mask);
 }
 
+/* The same for a group with 16 readable bytes at g: no bounds to test, for
+ * loops that take the groups far from the payload's end first (bucket_groups16). */
+BUCKET_AVX2_INLINE __m256i bucket_unpack8_wide(const unsigned char* g, const struct bucket_unpack* u) {
+  __m128i raw = _mm_loadu_si128((const __m128i*)g);
+  __m256i x = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(raw), u->pick);
+  return _mm256_and_si256(_mm256_srlv_epi32(x, u->shift), u->mask);
+}
+
+/* How many of the c / 8 groups of w bytes from codes have 16 readable bytes
+ * before end. */
+static inline size_t bucket_groups16(const unsigned char* codes, const unsigned char* end, size_t c, unsigned w) {
+  size_t room = (size_t)(end - codes), groups = c / 8;
+  if (room < 16) return 0;
+  size_t fit = (room - 16) / w + 1;
+  return fit < groups ? fit : groups;
+}
+
 /* ---- the canonical sums (codec_util.h) with the finite test ------------------------------ */
 
 /* One step of bucket_canon_sum: elements a (lanes 0-7) and b (lanes 8-15). */

@@ -909,8 +909,10 @@ TEST(Qsgd, ValidateRejectsCorruptNormsAndCodes) {
     ExpectRejects(kQsgd, with_norm(2, -0.0f), e.h, "-0 norm");
     if (bits == 7)
       ExpectRejects(kQsgd, with_norm(2, FLT_MAX), e.h, "top level overflows");  // 127 * (FLT_MAX / 127) = inf
-    // A code with the sign set and level 0, at element 0 and at the last element.
-    for (size_t j : {(size_t)0, (size_t)99}) {
+    // A code with the sign set and level 0: at element 0, in the middle (40), in
+    // a group fewer than 16 bytes before the payload's end (95: the AVX2 kernel's
+    // bounded loads) and at the last element (the scalar tail).
+    for (size_t j : {(size_t)0, (size_t)40, (size_t)95, (size_t)99}) {
       std::vector<uint8_t> p = e.payload;
       size_t b = j / 16, k = j % 16;
       for (unsigned t = 0; t < w; t++) {
