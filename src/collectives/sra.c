@@ -231,8 +231,7 @@ static gcclResult_t scatter_reduce(struct coll_ctx* ctx, const struct coll_args*
       GCCL_CHECK(
           compressor_accumulate_exact(c, in + my_off * size, a->dt, a->comp_first + my_off, my_len, w->sum, r == 0));
     } else if (my_len) {
-      GCCL_CHECK(prim_wait(tp, &w->rreq[r]));
-      GCCL_CHECK(prim_decode(tp, in_frame(w, r), w->got[r], my_len, w->sum, r != 0));
+      GCCL_CHECK(prim_recv_decode(tp, &w->rreq[r], in_frame(w, r), &w->got[r], my_len, w->sum, r != 0));
     }
   }
   return gcclSuccess;
