@@ -69,9 +69,10 @@ ROWS = {
     "gccl-uniform4": ("gccl", "uniform:bits=4"),
     "gccl-sign": ("gccl", "sign"),
     "gccl-topk1%": ("gccl", "topk:ratio=0.01"),
+    "gccl-powersgd-r4": ("gccl", "powersgd:rank=4"),
 }
 FULL_ROWS = ["ddp", "torch-fp16", "torch-powersgd-r4", "gccl-fp16", "gccl-uniform8", "gccl-uniform4", "gccl-sign",
-             "gccl-topk1%"]
+             "gccl-topk1%", "gccl-powersgd-r4"]
 QUICK_ROWS = ["ddp", "gccl-uniform4"]
 DENSE_ROW = "ddp"  # the reference: its final accuracy sets the target
 
@@ -173,9 +174,14 @@ def make_ddp(kind, arg, module, args):
         state = None  # nothing to close
     elif kind == "gccl":
         import gccl.torch as gt
-        state = gt.GcclHookState(arg, transport="torch")
+        # powersgd warms up densely for as many steps as powerSGD_hook's row
+        start = (1000 if args.psgd_start is None else args.psgd_start) if arg.startswith("powersgd") else 0
+        state = gt.GcclHookState(arg, transport="torch", start_iter=start)
         ddp.register_comm_hook(state, gt.gccl_hook)
         how = "gccl_hook %r, transport torch, default buckets" % arg
+        if start:
+            how += ", start_iter %d" % start
+            warmup = start
     return ddp, state, how, warmup
 
 

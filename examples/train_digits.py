@@ -37,7 +37,24 @@ CODECS = [
     ("topk 1%+EF", "topk:ratio=0.01"),
     ("topk 1% no EF", "topk:ratio=0.01,ef=0"),
     ("randk 1%", "randk:ratio=0.01"),
+    ("powersgd r4 (gccl)", "powersgd:rank=4"),
+    ("powerSGD_hook r4 (torch)", "torch:powersgd:4"),
 ]
+# PowerSGD rows start compressing after this many dense steps (at least 2: torch's
+# hook needs two dense iterations before its error feedback and warm start)
+POWERSGD_START = 2
+
+
+def torch_powersgd_bytes(model, rank, world):
+    """Bytes a rank sends per step under torch's powerSGD_hook (ring share of its
+    allreduces): P and Q of every matrix it compresses, the rest dense (its
+    min_compression_rate 2; tensors of at most one dimension stay dense)."""
+    floats = 0
+    for p in model.parameters():
+        rows, cols = p.shape[0], p.numel() // p.shape[0]
+        r = min(rank, rows, cols)
+        floats += (rows + cols) * r if p.dim() > 1 and (rows + cols) * r * 2 < rows * cols else p.numel()
+    return 2 * (world - 1) * floats * 4 / world
 
 
 def load_data():
@@ -66,9 +83,15 @@ def train_one(rank, world, spec, seed, args, data):
     import gccl.torch as gt
     xtr, ytr, xte, yte = data
     model = DDP(make_model(seed, args.hidden))
-    state = None
-    if spec is not None:
-        state = gt.GcclHookState(spec, transport="torch", start_iter=args.warmup)
+    state = torch_state = None
+    start = max(args.warmup, POWERSGD_START) if spec and "powersgd" in spec else args.warmup
+    if spec is not None and spec.startswith("torch:powersgd:"):
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+        torch_state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=int(spec.split(":")[2]),
+                                         start_powerSGD_iter=start, random_seed=seed)
+        model.register_comm_hook(torch_state, psgd.powerSGD_hook)
+    elif spec is not None:
+        state = gt.GcclHookState(spec, transport="torch", start_iter=start)
         model.register_comm_hook(state, gt.gccl_hook)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -99,6 +122,8 @@ def train_one(rank, world, spec, seed, args, data):
     if state is not None:
         bytes_per_step = state.bytes_sent / steps
         state.close()
+    elif torch_state is not None:
+        bytes_per_step = torch_powersgd_bytes(model.module, torch_state.matrix_approximation_rank, world)
     else:
         nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
         bytes_per_step = 2 * (world - 1) * nbytes / world  # a ring allreduce's share

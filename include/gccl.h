@@ -233,6 +233,41 @@ GCCL_API gcclResult_t gcclCompressorDestroy(gcclCompressor_t c);
  * feedback), or replaces it (checkpoint restore; gcclInvalidUsage with ef=0). */
 GCCL_API gcclResult_t gcclCompressorGetResidual(gcclCompressor_t c, void* out);
 GCCL_API gcclResult_t gcclCompressorSetResidual(gcclCompressor_t c, const void* in);
+/* The state a compressor carries from call to call besides its residual, for
+ * checkpoints: powersgd's Q (cols x rank fp32, which the next call starts its
+ * power iteration from); no bytes for the other codecs. GetState writes
+ * *stateBytes and, when out is not NULL, the state there (cap bytes of room:
+ * gcclInvalidArgument when too few); out NULL asks for the size only. SetState
+ * takes exactly stateBytes bytes (fp32 values, all finite) as written by
+ * GetState from a compressor of the same spec and count. */
+GCCL_API gcclResult_t gcclCompressorGetState(gcclCompressor_t c, void* out, size_t cap, size_t* stateBytes);
+GCCL_API gcclResult_t gcclCompressorSetState(gcclCompressor_t c, const void* in, size_t stateBytes);
+
+/* PowerSGD with the sums over ranks left to the caller, for frameworks that own
+ * the communication (torch.distributed, say); gcclAllReduceCompressed runs the
+ * same steps with gccl's allreduces between them. With c a powersgd compressor
+ * of count elements, every one of nranks ranks runs, in this order:
+ *
+ *   gcclPowerSgdComputeP(c, sendbuff, P)     P: rows x rank fp32, row-major
+ *     ... P summed over the ranks in place, the same bits on every rank ...
+ *   gcclPowerSgdComputeQ(c, P, Q)            Q: cols x rank fp32
+ *     ... Q summed over the ranks in place, the same bits on every rank ...
+ *   gcclPowerSgdComputeOutput(c, Q, recvbuff, nranks, op)
+ *
+ * gcclPowerSgdShape gives rows, cols and rank. sendbuff and recvbuff hold count
+ * elements of the compressor's datatype; recvbuff gets the compressed sum
+ * (gcclSum) or average (gcclAvg) of the ranks' inputs, bit-identical on every
+ * rank when P and Q were summed identically. ComputeOutput commits the residual
+ * (error feedback) and Q (the next call's warm start); a call abandoned before it
+ * changes neither, and ComputeP starts a new one. A NaN or inf in any rank's
+ * input makes the summed P non-finite: Q is then all NaN, and the output NaN on
+ * every rank with the state kept. Host buffers only. A step out of order is
+ * gcclInvalidUsage. */
+GCCL_API gcclResult_t gcclPowerSgdShape(gcclCompressor_t c, size_t* rows, size_t* cols, size_t* rank);
+GCCL_API gcclResult_t gcclPowerSgdComputeP(gcclCompressor_t c, const void* sendbuff, float* P);
+GCCL_API gcclResult_t gcclPowerSgdComputeQ(gcclCompressor_t c, const float* P, float* Q);
+GCCL_API gcclResult_t gcclPowerSgdComputeOutput(gcclCompressor_t c, const float* Q, void* recvbuff, int nranks,
+                                                gcclRedOp_t op);
 
 /* Compressed collectives. Each rank passes its own compressor, made with the same
  * spec on every rank (ranks that differ get gcclInvalidUsage, like any other

@@ -26,6 +26,11 @@ Plans:
               2 (p - 1) chunk slots sent per rank, as a ring.
   GatherPlan  the rest (top-k, random-k, other dtypes): one all_gather of every
               rank's whole frame, decoded in rank order on every rank.
+  PowerSgdPlan  powersgd (transport="torch"): gccl's three steps on this rank
+              (gcclPowerSgdCompute{P,Q,Output}), the factors P and Q summed
+              between them by two all_reduce of (rows + cols) rank floats. gloo's
+              allreduce gives every rank the same bits, so every rank's output
+              is the same too. No slots: the factors' sizes are the spec's.
   GcclPlan    transport="gccl": gcclAllReduceCompressed on a gccl communicator.
 """
 
@@ -160,13 +165,21 @@ class SraPlan:
 
 
 class _OneCompressor:
-    """A plan whose residual is one compressor's."""
+    """A plan whose residual and state are one compressor's."""
 
     def get_residual(self):
         return torch.as_tensor(self.comp.get_residual())
 
     def set_residual(self, values):
         self.comp.set_residual(values)
+
+    def get_state(self):
+        """What the compressor carries besides its residual (powersgd's Q), or None."""
+        state = self.comp.get_state()
+        return torch.from_numpy(state) if state.size else None
+
+    def set_state(self, values):
+        self.comp.set_state(values)
 
     def destroy(self):
         self.comp.destroy()
@@ -192,6 +205,38 @@ class GatherPlan(_OneCompressor):
         for r in range(self.p):  # rank order: the same bits on every rank
             add_frame(recv[r], got[r], buf, r)
         return buf.div_(self.p)
+
+
+class PowerSgdPlan(_OneCompressor):
+    """A bucket of n elements of dtype, powersgd, over the p ranks of group. The
+    steps run on the CPU: a CUDA bucket is copied to the host and back, and its
+    factors are summed as CUDA tensors (for the NCCL backend)."""
+
+    def __init__(self, spec, n, dtype, group, p, device):
+        self.group, self.p = group, p
+        self.comp = Compressor(spec, n, dtype)
+        rows, cols, rank = self.comp.powersgd_shape
+        self.P, self.Q = torch.zeros(rows * rank), torch.zeros(cols * rank)
+        self.host = torch.empty(n, dtype=dtype) if device.type == "cuda" else None
+        self.wire = {id(x): torch.empty_like(x, device=device) for x in (self.P, self.Q)} if self.host is not None else {}
+        self.wire_bytes = 2 * (p - 1) * (self.P.numel() + self.Q.numel()) * 4 // p
+
+    def _sum(self, x):
+        wire = self.wire.get(id(x), x)
+        if wire is not x:
+            wire.copy_(x)
+        dist.all_reduce(wire, group=self.group)
+        if wire is not x:
+            x.copy_(wire)
+
+    def run(self, buf):
+        x = buf if self.host is None else self.host.copy_(buf)
+        self.comp.powersgd_compute_p(x, self.P)
+        self._sum(self.P)
+        self.comp.powersgd_compute_q(self.P, self.Q)
+        self._sum(self.Q)
+        self.comp.powersgd_compute_output(self.Q, x, self.p, "avg")
+        return buf if self.host is None else buf.copy_(x)
 
 
 class GcclPlan(_OneCompressor):

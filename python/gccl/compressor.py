@@ -124,6 +124,79 @@ class Compressor:
         with self._lock:
             check(lib.gcclCompressorSetResidual(self._handle(), b.ptr))
 
+    def get_state(self):
+        """The state the compressor carries between calls besides its residual
+        (powersgd's Q; empty for the other codecs), as float32 numpy values, for
+        checkpoints."""
+        n = ctypes.c_size_t(0)
+        with self._lock:
+            check(lib.gcclCompressorGetState(self._handle(), None, 0, ctypes.byref(n)))
+            out = np.zeros(n.value // 4, dtype=np.float32)
+            check(lib.gcclCompressorGetState(self._handle(), out.ctypes.data_as(ctypes.c_void_p), n.value,
+                                             ctypes.byref(n)))
+        return out
+
+    def set_state(self, values):
+        """Restores what get_state returned (same spec and count)."""
+        if B.is_torch(values):
+            values = values.detach().cpu().contiguous().numpy()
+        v = np.ascontiguousarray(values, dtype=np.float32)
+        with self._lock:
+            check(lib.gcclCompressorSetState(self._handle(), v.ctypes.data_as(ctypes.c_void_p), v.nbytes))
+
+    # ---- powersgd's steps, with the sums over ranks done by the caller --------------
+
+    @property
+    def powersgd_shape(self):
+        """(rows, cols, rank) of a powersgd compressor's matrix: P is rows x rank,
+        Q cols x rank (float32, row-major)."""
+        r, c, k = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
+        check(lib.gcclPowerSgdShape(self._handle(), ctypes.byref(r), ctypes.byref(c), ctypes.byref(k)))
+        return r.value, c.value, k.value
+
+    def _factor(self, x, elements, what, writable=False):
+        b = B.as_buffer(x, what, writable=writable)
+        if b.dtype != B.FLOAT32 or b.count != elements:
+            raise GcclInvalidArgument("invalid argument", "%s must hold %d float32 values, not %d x %s" % (
+                what, elements, b.count, B.DTYPE_NAMES[b.dtype]))
+        return b
+
+    def powersgd_compute_p(self, src, p):
+        """PowerSGD's first step (gcclPowerSgdComputeP): p = (src + residual) Q.
+        Sum p over the ranks in place (the same bits on every rank), then call
+        powersgd_compute_q. CPU buffers only. Returns p."""
+        rows, _, rank = self.powersgd_shape
+        s = B.as_buffer(src, "src")
+        self._check_tensor(s, "src")
+        pb = self._factor(p, rows * rank, "p", writable=True)
+        with self._lock:
+            check(lib.gcclPowerSgdComputeP(self._handle(), s.ptr, pb.ptr))
+        return p
+
+    def powersgd_compute_q(self, p, q):
+        """The second step: p (summed) orthonormalised, q = M^T p. Sum q over the
+        ranks, then call powersgd_compute_output. Returns q."""
+        rows, cols, rank = self.powersgd_shape
+        pb = self._factor(p, rows * rank, "p")
+        qb = self._factor(q, cols * rank, "q", writable=True)
+        with self._lock:
+            check(lib.gcclPowerSgdComputeQ(self._handle(), pb.ptr, qb.ptr))
+        return q
+
+    def powersgd_compute_output(self, q, out, nranks, op="avg"):
+        """The last step: out = the ranks' sum ("sum") or average ("avg") from q
+        (summed); commits the residual and Q. Returns out."""
+        from .comm import _op_code
+        _, cols, rank = self.powersgd_shape
+        qb = self._factor(q, cols * rank, "q")
+        o = B.as_buffer(out, "out", writable=True)
+        self._check_tensor(o, "out")
+        if not isinstance(nranks, int) or isinstance(nranks, bool):
+            raise GcclInvalidArgument("invalid argument", "nranks must be an int")
+        with self._lock:
+            check(lib.gcclPowerSgdComputeOutput(self._handle(), qb.ptr, o.ptr, nranks, _op_code(op)))
+        return out
+
 
 def decode_accumulate(frame, dst):
     """Validates frame completely, then dst += its decoded tensor (dst: the frame's

@@ -3,6 +3,9 @@
     import gccl.torch as gt
     state = gt.GcclHookState("topk:ratio=0.01", transport="torch", start_iter=10)
     ddp_model.register_comm_hook(state, gt.gccl_hook)
+    # or per parameter: small and 1-D ones dense, the embedding at 4 bits
+    state = gt.GcclHookState("uniform:bits=8", model=ddp_model, layer_min_size=1024,
+                             overrides={"embed.*": "uniform:bits=4", "head.*": "none"})
 
 The hook has the built-in hooks' signature, hook(state, bucket) -> Future[Tensor],
 and returns the bucket's average over ranks, bit-identical on every rank. It
@@ -19,6 +22,8 @@ rank knows from (spec, count), so no sizes are exchanged (_hook_plans.py):
     their owners, all_gather of the owners' re-encoded sums).
   - Sparse codecs (topk, randk) and other dtypes: one all_gather of every rank's
     whole frame, decoded in rank order on every rank.
+  - powersgd: gccl's three steps on this rank, its factors P and Q summed by two
+    all_reduce (PowerSgdPlan).
   Stochastic codecs (uniform, qsgd, terngrad) get a seed per rank and chunk
   unless the spec fixes one (through the codec-only API every process would
   otherwise round alike).
@@ -38,11 +43,47 @@ buckets of fewer than min_compress_numel elements, and spec "none". Dense is
 DDP's own allreduce on `process_group` (torch: torch's allreduce_hook bit for
 bit) or gcclAllReduce (gccl).
 
-Error feedback lives in each bucket's plan (its compressors). A bucket whose
-layout changed (DDP rebuilt its buckets: another size, dtype or parameter shapes
-at that index) gets a fresh plan, so residuals never land on other parameters.
+Per-parameter policies (CGX's layer_min_size and per-layer settings), off
+unless layer_min_size or overrides is given; a parameter's policy is a spec or
+dense, decided in this order:
+  - layer_min_size=N: parameters of at most one dimension (biases, norm weights)
+    or of fewer than N elements are dense, whatever the overrides say.
+  - overrides: (pattern, spec) pairs, a dict or a list, in order; pattern is an
+    fnmatch glob (case-sensitive) on the parameter's name and the first that
+    matches gives the spec ("none": dense). Names are those of the module DDP
+    wraps ("fc1.weight", not DDP's "module.fc1.weight"), whether `model` is the
+    DDP object or that module; overrides need `model`. Each spec is checked at
+    construction, as `spec` is.
+  - otherwise `spec`.
+  A bucket's parameters come from DDP's bucket API. In torch 1.13
+  bucket.parameters() lists them in the order of bucket.gradients(), and each
+  gradient is a view of bucket.buffer() at offset
+  (g.data_ptr() - buffer.data_ptr()) / element size; the views lie back to back
+  in that order, so the offset is also the running sum of the numels before it.
+  The hook reads the pointers (and checks each view lies in the buffer). When a
+  bucket's plan is made, the parameters of each policy become (offset, count)
+  slices (adjacent ones merged); each step packs a group into a tensor of its
+  own, averages it with that policy's plan (the plans of whole buckets; dense:
+  all_reduce of x / p on the hook's group, the operations of _dense, or
+  gcclAllReduce), and copies it back. The cost: one collective sequence per
+  distinct policy per bucket (a quantizer's two, a sparse codec's one, one
+  all_reduce for the dense parameters) plus the copies, all in the bucket's one
+  job on the worker, in the order of the groups' first offsets, the same on
+  every rank: replicas stay bit-identical. A bucket all of one policy runs on
+  DDP's tensor, unpacked (all dense: as a dense bucket). Without layer_min_size
+  and overrides the hook does what it did before, bit for bit.
 
-Checkpoints: state_dict() holds every bucket's residual with its layout.
+Error feedback lives in each bucket's plan (its compressors; under policies,
+each group's). A bucket whose layout changed (DDP rebuilt its buckets: another
+size, dtype or parameter shapes at that index, or other policies for its
+parameters) gets a fresh plan, so residuals never land on other parameters.
+
+Checkpoints: state_dict() holds every bucket's residual with its layout (under
+policies, a tensor of the bucket's size: each group's residual at its
+parameters' offsets, zeros at dense ones), the plan's state where it has one
+(powersgd's Q; under policies, a list with one entry per group), and the policy
+arguments: a state with other ones refuses the checkpoint (one saved before
+policies existed loads anywhere).
 load_state_dict() gives each back when a bucket of that index and layout next
 comes through the hook. A DDP model made afresh runs its first iteration on its
 initial buckets and only then rebuilds them into the layout the residuals were
@@ -51,18 +92,21 @@ saved in; a bucket whose saved residual does not fit yet goes dense meanwhile
 dropped with a warning), so no residual is lost to that first iteration.
 """
 
+import fnmatch
 import re
 import warnings
 import weakref
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
-from ._hook_plans import GatherPlan, GcclPlan, SraPlan
+from ._hook_plans import GatherPlan, GcclPlan, PowerSgdPlan, SraPlan
+from ._hook_policies import DensePlan, PolicyPlan, parse_overrides, policy_groups, state_of
 from ._hook_worker import HookWorker
 from .comm import Comm
 from .compressor import Compressor
-from .errors import GcclInvalidArgument
+from .errors import GcclInvalidArgument, GcclInvalidUsage
 from .stream import Stream
 
 TRANSPORTS = ("torch", "gccl")
@@ -70,7 +114,7 @@ RESTORE_WAIT = 2  # iterations a loaded residual waits for its bucket layout
 # Codecs that go through SRA on the torch transport (the others use all_gather).
 _QUANTIZERS = ("fp16", "bf16", "uniform", "qsgd", "sign", "terngrad")
 # Codecs whose error feedback is on unless the spec says ef=0 (README, "Codecs").
-_EF_BY_DEFAULT = ("sign", "topk")
+_EF_BY_DEFAULT = ("sign", "topk", "powersgd")
 # Codecs whose rounding is random: through the codec-only API every process is
 # rank 0, so each rank's spec gets its own seed unless the user gave one.
 _STOCHASTIC = ("uniform", "qsgd", "terngrad")
@@ -124,18 +168,40 @@ class GcclHookState:
     of the default group must construct it (transport="torch" makes the hook's
     own process group over the ranks of `process_group`; "gccl" makes the gccl
     communicator from MPI_COMM_WORLD unless `comm` is given). close() it when done
-    (or let it be collected)."""
+    (or let it be collected).
+
+    model, layer_min_size, overrides: per-parameter policies (module docstring).
+    The state keeps weak references to the model's parameters only: DDP's reducer
+    holds the state, and a state holding the model would make a cycle through C++
+    that the garbage collector cannot free."""
 
     def __init__(self, spec, transport="torch", process_group=None, comm=None, start_iter=0,
-                 min_compress_numel=1024):
+                 min_compress_numel=1024, model=None, layer_min_size=None, overrides=None):
         if transport not in TRANSPORTS:
             raise GcclInvalidArgument("invalid argument", "transport must be one of %s, not %r" % (TRANSPORTS, transport))
         if not isinstance(start_iter, int) or start_iter < 0:
             raise GcclInvalidArgument("invalid argument", "start_iter must be an int >= 0")
         if not isinstance(min_compress_numel, int) or min_compress_numel < 0:
             raise GcclInvalidArgument("invalid argument", "min_compress_numel must be an int >= 0")
+        if layer_min_size is not None and (not isinstance(layer_min_size, int) or isinstance(layer_min_size, bool)
+                                           or layer_min_size < 0):
+            raise GcclInvalidArgument("invalid argument", "layer_min_size must be None or an int >= 0, not %r" %
+                                      (layer_min_size,))
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise GcclInvalidArgument("invalid argument", "model must be the DDP model (a torch.nn.Module), not %s" %
+                                      type(model).__name__)
         Compressor(spec, 1).destroy()  # a bad spec fails here, with gccl's message
+        self.overrides = parse_overrides(overrides)
+        if self.overrides and model is None:
+            raise GcclInvalidArgument("invalid argument", "overrides match parameter names: give model= too "
+                                      "(the DDP model or the module it wraps)")
         self.spec, self.transport = spec, transport
+        self.layer_min_size = layer_min_size
+        # the names of the module DDP wraps (no "module." prefix), by parameter;
+        # weak references only (class docstring)
+        module = model.module if isinstance(model, DistributedDataParallel) else model
+        self._names = {} if module is None else {id(q): (weakref.ref(q), name) for name, q in module.named_parameters()}
+        self._policy_of = {}  # id(parameter) -> (weak reference, its policy), filled as buckets come
         self.start_iter, self.min_compress_numel = start_iter, min_compress_numel
         self.process_group = process_group
         self.iter = 0
@@ -159,41 +225,97 @@ class GcclHookState:
         self._worker = HookWorker()
         self._stop_worker = weakref.finalize(self, self._worker.stop)
 
-    def _stream_spec(self, k):
-        """The spec of this rank's k-th compressor of a bucket. Through the codec-only
-        API every process is rank 0, so a stochastic codec's compressors get seeds of
-        their own (rank and k), unless the user's spec fixed one: otherwise every rank
-        and chunk would round with the same random numbers."""
-        spec = self.spec
+    def _stream_spec(self, k, spec=None):
+        """The spec (state.spec unless given) of this rank's k-th compressor of a
+        plan. Through the codec-only API every process is rank 0, so a stochastic
+        codec's compressors get seeds of their own (rank and k), unless the user's
+        spec fixed one: otherwise every rank and chunk would round with the same
+        random numbers."""
+        spec = self.spec if spec is None else spec
         if self.transport != "torch" or _codec(spec) not in _STOCHASTIC or re.search(r"(^|[:,])\s*seed\s*=", spec):
             return spec
         return spec + ("," if ":" in spec else ":") + "seed=%d" % (1 + self.rank * 65536 + k)
 
     # ---- plans and residuals ------------------------------------------------------------
 
+    def _make_plan(self, spec, n, dtype, device):
+        """The plan that averages n elements of dtype over the ranks with spec: a
+        whole bucket's, or a policy group's."""
+        p = self.world_size
+        if self.transport == "gccl":
+            return GcclPlan(spec, n, dtype, self.comm)
+        if _codec(spec) == "powersgd":
+            return PowerSgdPlan(spec, n, dtype, self._group, p, device)
+        if _codec(spec) in _QUANTIZERS and p > 1 and dtype == torch.float32:
+            spec_of = lambda k: self._stream_spec(k, spec) if k < p else _without_ef(self._stream_spec(k, spec))
+            return SraPlan(spec_of, n, self._group, p, self.rank, _ef_on(spec), device)
+        return GatherPlan(self._stream_spec(0, spec), n, dtype, self._group, p, device)
+
+    def _policy(self, param):
+        """param's policy: its spec, or None for dense. layer_min_size first (small
+        and <= 1-dimensional parameters are always dense), then the first override
+        whose pattern matches its name, then state.spec."""
+        hit = self._policy_of.get(id(param))
+        if hit is not None and hit[0]() is param:
+            return hit[1]
+        if self.layer_min_size is not None and (param.dim() <= 1 or param.numel() < self.layer_min_size):
+            spec = None
+        else:
+            spec = self.spec
+            if self.overrides:
+                named = self._names.get(id(param))
+                if named is None or named[0]() is not param:
+                    raise GcclInvalidUsage("invalid usage", "a parameter of shape %s in DDP's bucket is not one of "
+                                           "the model given to GcclHookState" % (tuple(param.shape),))
+                spec = next((s for pattern, s in self.overrides if fnmatch.fnmatchcase(named[1], pattern)), spec)
+            if _codec(spec) == "none":
+                spec = None
+        self._policy_of[id(param)] = (weakref.ref(param), spec)
+        return spec
+
+    def _policies(self, bucket):
+        """The policy of each of the bucket's parameters, in bucket order (DDP's
+        bucket.parameters()); None when the state has no per-parameter policies."""
+        if self.layer_min_size is None and not self.overrides:
+            return None
+        return tuple(self._policy(q) for q in bucket.parameters())
+
+    def _policy_plan(self, bucket, policies):
+        """A PolicyPlan for the bucket (_hook_policies.py)."""
+        buf = bucket.buffer()
+
+        def make(policy, count):
+            if policy is None:
+                return DensePlan(count, buf.element_size(), self.world_size, self._group, self.comm)
+            return self._make_plan(policy, count, buf.dtype, buf.device)
+
+        return PolicyPlan(policies, policy_groups(bucket, policies), buf.numel(), buf.dtype, buf.device, make, _ef_on)
+
     def plan(self, bucket):
         """The bucket's plan; a new one (residual zero, or restored from
-        load_state_dict) when the bucket's layout is new at its index."""
+        load_state_dict) when the bucket's layout (or its parameters' policies) is
+        new at its index."""
         fp = _fingerprint(bucket)
+        policies = self._policies(bucket)
         idx = bucket.index()
         old = self._plans.get(idx)
-        if old is not None and old[0] == fp:
+        if old is not None and old[0] == fp and getattr(old[1], "policies", None) == policies:
             return old[1]
         if old is not None:
             old[1].destroy()
             self.resets += 1
         buf = bucket.buffer()
-        p, n = self.world_size, fp[0]
-        if self.transport == "gccl":
-            plan = GcclPlan(self.spec, n, buf.dtype, self.comm)
-        elif _codec(self.spec) in _QUANTIZERS and p > 1 and buf.dtype == torch.float32:
-            spec_of = lambda k: self._stream_spec(k) if k < p else _without_ef(self._stream_spec(k))
-            plan = SraPlan(spec_of, n, self._group, p, self.rank, _ef_on(self.spec), buf.device)
+        if policies is None:
+            plan = self._make_plan(self.spec, fp[0], buf.dtype, buf.device)
         else:
-            plan = GatherPlan(self._stream_spec(0), n, buf.dtype, self._group, p, buf.device)
+            plan = self._policy_plan(bucket, policies)
         pending = self._pending.get(idx)
         if pending is not None and pending[0] == fp:
-            plan.set_residual(pending[1])
+            _, residual, state = pending
+            if residual is not None:
+                plan.set_residual(residual)
+            if state is not None:
+                plan.set_state(state)
             del self._pending[idx]
             self.restored += 1
         self._plans[idx] = (fp, plan)
@@ -217,24 +339,39 @@ class GcclHookState:
         return None if entry is None else entry[1].get_residual()
 
     def state_dict(self):
-        """Counters and every bucket's residual, for torch.save."""
+        """Counters and every bucket's residual and state (powersgd's Q), for torch.save."""
         residuals = {}
-        if _ef_on(self.spec):  # without error feedback there is nothing to keep
-            residuals = {i: {"fingerprint": fp, "residual": plan.get_residual()} for i, (fp, plan) in self._plans.items()}
+        for i, (fp, plan) in self._plans.items():
+            entry = {"fingerprint": fp}
+            if plan.ef if isinstance(plan, PolicyPlan) else _ef_on(self.spec):  # else there is none
+                entry["residual"] = plan.get_residual()
+            state = state_of(plan)
+            if state is not None:
+                entry["state"] = state
+            if len(entry) > 1:
+                residuals[i] = entry
         return {"spec": self.spec, "transport": self.transport, "start_iter": self.start_iter,
-                "min_compress_numel": self.min_compress_numel, "iter": self.iter, "residuals": residuals}
+                "min_compress_numel": self.min_compress_numel, "layer_min_size": self.layer_min_size,
+                "overrides": [list(o) for o in self.overrides], "iter": self.iter, "residuals": residuals}
 
     def load_state_dict(self, sd):
-        """Restores state_dict(): the iteration counter now, each residual when its
-        bucket (same index and layout) next comes through the hook."""
+        """Restores state_dict(): the iteration counter now, each residual and state
+        when its bucket (same index and layout) next comes through the hook.
+        Checkpoints from before per-parameter policies (no "layer_min_size",
+        "overrides" or "state") load too."""
         if sd.get("spec") != self.spec:
             raise GcclInvalidArgument("invalid argument",
                                       "state was saved with spec %r, this state has %r" % (sd.get("spec"), self.spec))
+        saved = (sd.get("layer_min_size"), [tuple(o) for o in sd.get("overrides") or []])
+        if "overrides" in sd and saved != (self.layer_min_size, self.overrides):  # older ones predate policies
+            raise GcclInvalidArgument("invalid argument", "state was saved with layer_min_size=%r, overrides=%r; this "
+                                      "state has %r, %r" % (saved + (self.layer_min_size, self.overrides)))
         self.iter = int(sd["iter"])
         for _, plan in self._plans.values():
             plan.destroy()
         self._plans.clear()
-        self._pending = {int(i): (_as_fingerprint(e["fingerprint"]), e["residual"]) for i, e in sd["residuals"].items()}
+        self._pending = {int(i): (_as_fingerprint(e["fingerprint"]), e.get("residual"), e.get("state"))
+                         for i, e in sd["residuals"].items()}
         self._pending_until = self.iter + RESTORE_WAIT
 
     def close(self):
@@ -310,10 +447,12 @@ class GcclHookState:
 
 def gccl_hook(state, bucket):
     """DDP communication hook: the bucket's average over ranks, compressed with
-    state.spec after state.start_iter dense iterations."""
+    state.spec (or each parameter's policy) after state.start_iter dense iterations."""
     buf = bucket.buffer()
+    policies = state._policies(bucket)
+    compressed = _codec(state.spec) != "none" if policies is None else any(s is not None for s in policies)
     dense = (state.iter < state.start_iter or buf.numel() < state.min_compress_numel
-             or _codec(state.spec) == "none" or state._awaits_layout(bucket))
+             or not compressed or state._awaits_layout(bucket))
     if bucket.is_last():
         state.iter += 1
     return state._dense(buf, bucket.index()) if dense else state._compressed(bucket)

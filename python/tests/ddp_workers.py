@@ -15,7 +15,8 @@ import gccl.torch as gt
 from gccl._hook_plans import SraPlan
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-SPECS = ["none", "fp16", "uniform:bits=4", "sign", "topk:ratio=0.01", "topk:ratio=0.01,ef=0", "randk:ratio=0.05"]
+SPECS = ["none", "fp16", "uniform:bits=4", "sign", "topk:ratio=0.01", "topk:ratio=0.01,ef=0", "randk:ratio=0.05",
+         "powersgd:rank=2"]
 
 
 def init(rank, world, port):
@@ -87,6 +88,13 @@ def replicas(rank, world, port, out):
         if state is not None:
             results[(spec, "bytes")] = state.bytes_sent
             state.close()
+    # start_iter covering every step: powersgd never compresses, dense bit for bit
+    model = make_ddp(0)
+    state = gt.GcclHookState("powersgd:rank=2", start_iter=6, min_compress_numel=64)
+    model.register_comm_hook(state, gt.gccl_hook)
+    train(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), rank, 6)
+    results["powersgd warm-up only"] = flat(model)
+    state.close()
     del model
     finish(results, rank, out)
 

@@ -49,7 +49,7 @@ except gccl.GcclInvalidUsage as e:
 torch.set_num_threads(1)
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % sys.argv[1], rank=rank, world_size=size)
 params = {}
-for spec in [None, "none", "fp16", "topk:ratio=0.01", "sign"]:
+for spec in [None, "none", "fp16", "topk:ratio=0.01", "sign", "powersgd:rank=2"]:
     model = W.make_ddp(0)
     state = None
     if spec is not None:
@@ -66,6 +66,7 @@ for spec in [None, "none", "fp16", "topk:ratio=0.01", "sign"]:
         state.comm.destroy()
 check(torch.allclose(params["none"], params[None], rtol=1e-5, atol=1e-6), "gccl dense hook ~ DDP's allreduce")
 check(not torch.equal(params["sign"], params[None]), "sign changed the training")
+check(not torch.equal(params["powersgd:rank=2"], params[None]), "powersgd changed the training")
 comm.destroy()
 del model
 gc.collect()  # every DDP model must be gone before its process group (torch 1.13 could spin otherwise)

@@ -144,6 +144,57 @@ def test_codec_only_round_trip_and_residual():
     assert b.get_residual().dtype == torch.bfloat16
 
 
+def test_powersgd_allreduce_and_its_state(comms):
+    """A rank-1 sum comes back on every rank, identically; Q checkpoints through
+    get_state/set_state; the codec-only API refuses the spec."""
+    p, rows, cols = 3, 6, 5
+    x = [np.outer(np.arange(rows) % 3 + r, np.arange(cols) % 4 + 1).astype(np.float32).ravel() for r in range(p)]
+    comps = [gccl.Compressor("powersgd:rank=2,cols=%d" % cols, rows * cols) for _ in range(p)]
+    outs = [np.zeros(rows * cols, np.float32) for _ in range(p)]
+    threads = [threading.Thread(target=lambda r=r: comms[p][r].allreduce_compressed(x[r], comps[r], outs[r]))
+               for r in range(p)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    np.testing.assert_allclose(outs[0], sum(x), rtol=1e-5, atol=1e-4)
+    for r in range(1, p):
+        np.testing.assert_array_equal(outs[r], outs[0])
+    q = comps[0].get_state()
+    assert q.shape == (cols * 2,) and np.all(np.isfinite(q))
+    comps[1].set_state(q)
+    np.testing.assert_array_equal(comps[1].get_state(), q)
+    with pytest.raises(gccl.GcclInvalidArgument, match="carries"):
+        comps[1].set_state(q[:3])
+    assert gccl.Compressor("uniform:bits=4", 10).get_state().size == 0
+    with pytest.raises(gccl.GcclInvalidUsage, match="powersgd"):
+        comps[2].encode(x[2])
+
+
+def test_powersgd_steps_with_the_caller_summing():
+    """The three steps with the factors summed here (as torch.distributed would):
+    a rank-1 sum comes back on every rank, identically; sizes and order are checked."""
+    p, rows, cols = 3, 6, 5
+    x = [np.outer(np.arange(rows) % 3 + r, np.arange(cols) % 4 + 1).astype(np.float32).ravel() for r in range(p)]
+    comps = [gccl.Compressor("powersgd:rank=2,cols=%d" % cols, rows * cols) for _ in range(p)]
+    assert comps[0].powersgd_shape == (rows, cols, 2)
+    ps = [c.powersgd_compute_p(x[r], np.zeros(rows * 2, np.float32)) for r, c in enumerate(comps)]
+    p_sum = sum(ps)
+    qs = [c.powersgd_compute_q(p_sum, np.zeros(cols * 2, np.float32)) for c in comps]
+    q_sum = sum(qs)
+    outs = [c.powersgd_compute_output(q_sum, np.zeros(rows * cols, np.float32), p, "sum") for c in comps]
+    np.testing.assert_allclose(outs[0], sum(x), rtol=1e-5, atol=1e-4)
+    for r in range(1, p):
+        np.testing.assert_array_equal(outs[r], outs[0])
+    c = comps[0]
+    with pytest.raises(gccl.GcclInvalidArgument, match="p must hold 12 float32"):
+        c.powersgd_compute_p(x[0], np.zeros(rows * 2 + 1, np.float32))
+    with pytest.raises(gccl.GcclInvalidUsage, match="after gcclPowerSgdComputeP"):
+        c.powersgd_compute_q(p_sum, np.zeros(cols * 2, np.float32))
+    with pytest.raises(gccl.GcclInvalidArgument, match="not powersgd"):
+        gccl.Compressor("fp16", 10).powersgd_shape
+
+
 def test_errors_map_to_subclasses_with_the_message():
     with pytest.raises(gccl.GcclInvalidArgument, match="unknown codec"):
         gccl.Compressor("bogus", 10)

@@ -36,11 +36,16 @@ def test_replicas_identical_for_every_codec(world, tmp_path):
     assert torch.equal(res[0]["none"], res[0]["allreduce_hook"])
     assert torch.allclose(res[0]["none"], res[0]["default"], rtol=1e-5, atol=1e-7)
     # and the codecs did something: lossy results differ from dense
-    for spec in ["fp16", "sign", "topk:ratio=0.01"]:
+    for spec in ["fp16", "sign", "topk:ratio=0.01", "powersgd:rank=2"]:
         assert not torch.equal(res[0][spec], res[0]["default"]), spec
+    # start_iter: powersgd's dense warm-up is the "none" hook's allreduce, bit for bit
+    for r in range(world):
+        assert torch.equal(res[r]["powersgd warm-up only"], res[0]["none"]), r
     # 6 steps, the first dense (start_iter=1): topk's 5 others send < 1/10 of dense's
     dense_step = res[0][("none", "bytes")] / 6
     assert (res[0][("topk:ratio=0.01", "bytes")] - dense_step) * 10 < 5 * dense_step
+    # powersgd rank 2 on the torch transport: two factors per bucket, far below dense
+    assert (res[0][("powersgd:rank=2", "bytes")] - dense_step) * 10 < 5 * dense_step
 
 
 def test_hook_values_and_residual_reset(tmp_path):

@@ -29,6 +29,7 @@ coll_algorithm allreduce_sra, reducescatter_sra, allgather_frames; /* sra.c */
 coll_algorithm allreduce_ring_requant;                             /* ring_requant.c */
 coll_algorithm allreduce_sparse_ag, allreduce_sparse_sr;           /* sparse.c */
 coll_algorithm allreduce_randk;                                    /* randk_allreduce.c */
+coll_algorithm allreduce_powersgd;                                 /* powersgd.c */
 /* Elements per segment of ring-requant's frames (at most 4 segments a chunk); tests
  * shrink it to cut small tensors into segments. */
 extern size_t ring_requant_segment_elems;

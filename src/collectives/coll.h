@@ -27,6 +27,7 @@ enum coll_algo {
   ALGO_SPARSE_AG,
   ALGO_SPARSE_SR,
   ALGO_RANDK,
+  ALGO_POWERSGD,
   ALGO_COUNT,
   ALGO_AUTO = -1
 };

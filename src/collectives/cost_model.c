@@ -16,6 +16,7 @@
 #include "common/result.h"
 #include "compress/compressor.h"
 #include "compress/decode.h"
+#include "compress/powersgd.h"
 
 #define DEFAULT_INTER_GBPS 10.0 /* Gbit/s */
 #define DEFAULT_INTER_US 20.0
@@ -113,6 +114,34 @@ static void fill_gaussian(float* x, size_t n) {
   }
 }
 
+/* powersgd has no frames: its cost is its three steps on one rank (the sums
+ * between them are the model's dense allreduces), as encode time; its wire
+ * bytes come from its shape (cost_allreduce), not from a per-element rate. */
+static gcclResult_t measure_powersgd(struct gcclCompressor* c, const float* src, struct cost_codec* out) {
+  struct powersgd_state* st = c->state;
+  float* out_buf = malloc(MEASURE_COUNT * sizeof *out_buf);
+  if (!out_buf) return err_set(gcclSystemError, "measuring powersgd: out of memory");
+  gcclResult_t res = gcclSuccess;
+  double best = 0.0;
+  for (int r = 0; r < MEASURE_REPS && res == gcclSuccess; r++) {
+    int64_t t0 = clock_now_ns();
+    res = powersgd_compute_p(c, src, gcclFloat32, st->p);
+    if (res == gcclSuccess) {
+      powersgd_compute_q(c, st->p, st->q_next);
+      powersgd_compute_output(c, st->q_next, out_buf, gcclFloat32, 1);
+    }
+    int64_t t1 = clock_now_ns();
+    compressor_abort(c); /* a measurement, not a call: residual and Q stay as made */
+    double t = (double)(t1 - t0) * 1e-9;
+    if (r == 0 || t < best) best = t;
+  }
+  free(out_buf);
+  out->encode_s_per_elem = best / (double)MEASURE_COUNT;
+  out->decode_s_per_elem = 0.0;
+  out->wire_bytes_per_elem = 0.0;
+  return res;
+}
+
 static gcclResult_t measure_codec(const char* spec_text, struct cost_codec* out) {
   struct codec_spec spec;
   GCCL_CHECK(spec_parse(spec_text, &spec));
@@ -128,6 +157,10 @@ static gcclResult_t measure_codec(const char* spec_text, struct cost_codec* out)
     goto done;
   }
   fill_gaussian(src, MEASURE_COUNT);
+  if (spec.codec == CODEC_POWERSGD) {
+    res = measure_powersgd(c, src, out);
+    goto done;
+  }
   double best_enc = 0.0, best_dec = 0.0;
   size_t bytes = 0;
   for (int r = 0; r < MEASURE_REPS && res == gcclSuccess; r++) {
@@ -206,6 +239,7 @@ struct call_terms {
   double m;       /* elements */
   double gr;      /* dense reduction, s/byte */
   double e, d, w; /* codec: encode s/elem, decode-accumulate s/elem, wire bytes/elem */
+  double lowrank_p_bytes, lowrank_q_bytes; /* powersgd: its factors' bytes for this call */
 };
 
 /* Compressed allreduce of m elements over p ranks on link k with the codec's
@@ -240,6 +274,10 @@ static double compressed_flat(const struct call_terms* t, enum coll_algo algo, i
      * values; gathering and scattering them costs an encode and a decode. */
     case ALGO_RANDK:
       return dense_ring(p, frame, k, t->gr) + t->e * m + t->d * m;
+    /* powersgd: its products (measured as encode time), and dense allreduces of
+     * its factors P (rows x rank) and Q (cols x rank). */
+    case ALGO_POWERSGD:
+      return t->e * m + dense_ring(p, t->lowrank_p_bytes, k, t->gr) + dense_ring(p, t->lowrank_q_bytes, k, t->gr);
     default:
       return -1.0;
   }
@@ -268,6 +306,11 @@ double cost_allreduce(const struct cost_model* mdl, enum coll_algo algo, size_t 
     t.e = c->encode_s_per_elem;
     t.d = c->decode_s_per_elem;
     t.w = c->wire_bytes_per_elem;
+    if (s->codec == CODEC_POWERSGD) {
+      struct powersgd_shape sh = powersgd_shape_of(s, count);
+      t.lowrank_p_bytes = (double)(sh.rows * sh.rank * sizeof(float));
+      t.lowrank_q_bytes = (double)(sh.cols * sh.rank * sizeof(float));
+    }
   }
   int p = t.p;
   double f = p > 1 ? (double)(p - 1) / p : 0.0, lg = log2_ceil(p);

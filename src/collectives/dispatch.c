@@ -7,8 +7,8 @@
 #include "common/reduce.h"
 #include "common/result.h"
 
-static const char* const algo_names[ALGO_COUNT] = {"ring", "rhd",          "tree",      "direct",    "hier",
-                                                   "sra",  "ring-requant", "sparse-ag", "sparse-sr", "randk"};
+static const char* const algo_names[ALGO_COUNT] = {"ring",         "rhd",       "tree",      "direct", "hier",    "sra",
+                                                   "ring-requant", "sparse-ag", "sparse-sr", "randk",  "powersgd"};
 
 const char* algo_name(enum coll_algo algo) {
   return (algo >= 0 && algo < ALGO_COUNT) ? algo_names[algo] : "auto";
@@ -45,6 +45,7 @@ static coll_algorithm* const compressed[COLL_NKINDS][ALGO_COUNT] = {
                         [ALGO_SPARSE_AG] = allreduce_sparse_ag,
                         [ALGO_SPARSE_SR] = allreduce_sparse_sr,
                         [ALGO_RANDK] = allreduce_randk,
+                        [ALGO_POWERSGD] = allreduce_powersgd,
                         [ALGO_HIER] = allreduce_hier},
     [COLL_ALLGATHER] = {[ALGO_SRA] = allgather_frames},
     [COLL_REDUCESCATTER] = {[ALGO_SRA] = reducescatter_sra},

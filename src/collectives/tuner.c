@@ -65,6 +65,9 @@ static enum coll_algo topk_algo(const struct codec_spec* s, int nranks) {
 enum coll_algo tuner_choose_compressed(enum coll_kind kind, const struct codec_spec* s, size_t count, int nranks,
                                        int local_size, enum coll_algo forced) {
   if (kind != COLL_ALLREDUCE) return ALGO_SRA; /* allgather and reduce-scatter have one schedule each */
+  /* powersgd has one schedule: low rank on whole tensors, whatever the topology
+   * (its factors are dense allreduces, which pick their own algorithms). */
+  if (s->codec == CODEC_POWERSGD) return ALGO_POWERSGD;
   int sparse = s->codec == CODEC_TOPK, randk = s->codec == CODEC_RANDK;
   if (forced != ALGO_AUTO && coll_has_compressed_algo(kind, forced)) {
     /* A forced algorithm must fit the codec: sparse paths need top-k frames,

@@ -92,6 +92,13 @@ struct codec_ops {
    * (allocated once per compressor). NULL when the codec needs none. */
   gcclResult_t (*state_create)(const struct codec_spec* s, size_t n, void** state);
   void (*state_destroy)(void* state);
+  /* Optional: a collective that staged codec state (powersgd's next Q) committed
+   * or aborted; commit makes that state current, abort drops it. */
+  void (*state_commit)(void* state);
+  void (*state_abort)(void* state);
+  /* Optional: the fp32 values the state carries from call to call (a checkpoint
+   * saves and restores them; gcclCompressorGetState), *n of them. */
+  float* (*state_carried)(void* state, size_t* n);
 
   /* Encodes x[0, n) into payload (room for payload_bound bytes), sets
    * *payload_bytes and the codec fields of h (bits, bucket, values, k, rng_key,
@@ -142,6 +149,7 @@ extern const struct codec_ops codec_sign_ops;
 extern const struct codec_ops codec_terngrad_ops;
 extern const struct codec_ops codec_topk_ops;
 extern const struct codec_ops codec_randk_ops;
+extern const struct codec_ops codec_powersgd_ops;
 
 /* The ops of codec id c (NULL if unknown). */
 const struct codec_ops* codec_ops_for(enum codec_id c);

@@ -35,9 +35,16 @@ const struct codec_ops* codec_ops_for(enum codec_id c) {
       return &codec_topk_ops;
     case CODEC_RANDK:
       return &codec_randk_ops;
+    case CODEC_POWERSGD:
+      return &codec_powersgd_ops;
     default:
       return NULL;
   }
+}
+
+float* compressor_carried(const struct gcclCompressor* c, size_t* n) {
+  *n = 0;
+  return c->ops->state_carried && c->state ? c->ops->state_carried(c->state, n) : NULL;
 }
 
 size_t compressor_bound(const struct gcclCompressor* c, size_t n) {
@@ -404,6 +411,23 @@ gcclResult_t compressor_accumulate_exact(struct gcclCompressor* c, const void* s
   return gcclSuccess;
 }
 
+gcclResult_t compressor_stage_input(struct gcclCompressor* c, const void* src, gcclDataType_t dt, size_t first,
+                                    size_t n, float* m) {
+  GCCL_CHECK(check_range(c, first, n));
+  const float* e = c->residual + first;
+  m += first;
+  if (dt == gcclFloat32 && c->spec.ef) {
+    const float* s = (const float*)src + first;
+    for (size_t i = 0; i < n; i++) m[i] = s[i] + e[i];
+  } else {
+    f32_load(m, (const unsigned char*)src + first * dtype_size(dt), dt, n);
+    if (c->spec.ef)
+      for (size_t i = 0; i < n; i++) m[i] += e[i];
+  }
+  if (c->spec.ef) c->staged += n;
+  return gcclSuccess;
+}
+
 gcclResult_t compressor_stage_keep(struct gcclCompressor* c, size_t first, size_t n) {
   GCCL_CHECK(check_range(c, first, n));
   if (c->spec.ef) {
@@ -426,6 +450,7 @@ gcclResult_t compressor_commit(struct gcclCompressor* c) {
     c->residual = c->work;
     c->work = t;
   }
+  if (c->ops->state_commit && c->state) c->ops->state_commit(c->state);
   c->staged = 0;
   c->calls++;
   return gcclSuccess;
@@ -434,5 +459,6 @@ gcclResult_t compressor_commit(struct gcclCompressor* c) {
 void compressor_abort(struct gcclCompressor* c) {
   if (c->encode_on_twin && c->device) c->twin_ops->abort(c->device);
   c->encode_on_twin = 0;
+  if (c->ops->state_abort && c->state) c->ops->state_abort(c->state);
   c->staged = 0;
 }

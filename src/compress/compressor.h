@@ -87,6 +87,18 @@ void compressor_get_residual(const struct gcclCompressor* c, void* out);
  * residual, if current, must have been brought back first (device_residual_to_host). */
 size_t compressor_set_residual(struct gcclCompressor* c, const void* in);
 
+/* m[i] = float(src[i]) + e_old[i] for i in [first, first + n) (src and m the
+ * whole tensor's, src of dt), and those elements' residuals count as staged: the
+ * caller writes their new residual into c->work before the commit (a codec whose
+ * residual comes from a collective's result: powersgd). Without error feedback,
+ * m is the input. */
+gcclResult_t compressor_stage_input(struct gcclCompressor* c, const void* src, gcclDataType_t dt, size_t first,
+                                    size_t n, float* m);
+
+/* The fp32 values the codec's state carries between calls (powersgd's Q), *n
+ * of them; NULL with *n = 0 for codecs that carry none. */
+float* compressor_carried(const struct gcclCompressor* c, size_t* n);
+
 /* Largest frame for n elements of the compressor's spec and dtype. */
 size_t compressor_bound(const struct gcclCompressor* c, size_t n);
 

@@ -68,8 +68,8 @@ static gcclResult_t check_fields(const struct frame_header* h, gcclResult_t bad,
     return err_set(bad, "%s: zstd flag on codec %s", who, name);
   if ((h->flags & FRAME_FLAG_RAW) && (h->flags & FRAME_FLAG_ZSTD))
     return err_set(bad, "%s: raw and zstd flags together", who);
-  if ((h->flags & FRAME_FLAG_RAW) && (h->exceptions != 0 || h->count > UINT64_MAX / 8 ||
-                                      h->payload_bytes != h->count * dtype_size(h->dtype)))
+  if ((h->flags & FRAME_FLAG_RAW) &&
+      (h->exceptions != 0 || h->count > UINT64_MAX / 8 || h->payload_bytes != h->count * dtype_size(h->dtype)))
     return err_set(bad, "%s: raw frame of %llu elements with %llu payload bytes and %llu exceptions", who,
                    (unsigned long long)h->count, (unsigned long long)h->payload_bytes,
                    (unsigned long long)h->exceptions);

@@ -11,9 +11,9 @@
 #include "common/result.h"
 
 static const char* const kCodecNames[CODEC_COUNT] = {
-    [CODEC_NONE] = "none",         [CODEC_FP16] = "fp16", [CODEC_BF16] = "bf16",
-    [CODEC_UNIFORM] = "uniform",   [CODEC_QSGD] = "qsgd", [CODEC_SIGN] = "sign",
-    [CODEC_TERNGRAD] = "terngrad", [CODEC_TOPK] = "topk", [CODEC_RANDK] = "randk",
+    [CODEC_NONE] = "none",   [CODEC_FP16] = "fp16",         [CODEC_BF16] = "bf16",         [CODEC_UNIFORM] = "uniform",
+    [CODEC_QSGD] = "qsgd",   [CODEC_SIGN] = "sign",         [CODEC_TERNGRAD] = "terngrad", [CODEC_TOPK] = "topk",
+    [CODEC_RANDK] = "randk", [CODEC_POWERSGD] = "powersgd",
 };
 
 /* Which keys each codec accepts. A key that would be silently ignored is an error,
@@ -29,6 +29,7 @@ static const unsigned kCodecKeys[CODEC_COUNT] = {
     [CODEC_TOPK] = SPEC_KEY_RATIO | SPEC_KEY_APPROX | SPEC_KEY_VALUES | SPEC_KEY_EF | SPEC_KEY_SEED | SPEC_KEY_ZSTD |
                    SPEC_KEY_GLOBAL,
     [CODEC_RANDK] = SPEC_KEY_RATIO | SPEC_KEY_VALUES | SPEC_KEY_EF | SPEC_KEY_SEED,
+    [CODEC_POWERSGD] = SPEC_KEY_RANK | SPEC_KEY_COLS | SPEC_KEY_EF | SPEC_KEY_SEED,
 };
 
 /* Key names in canonical order (the order spec_format prints them). */
@@ -38,7 +39,7 @@ static const struct {
 } kKeys[] = {
     {"bits", SPEC_KEY_BITS},     {"bucket", SPEC_KEY_BUCKET}, {"round", SPEC_KEY_ROUND}, {"ratio", SPEC_KEY_RATIO},
     {"approx", SPEC_KEY_APPROX}, {"values", SPEC_KEY_VALUES}, {"ef", SPEC_KEY_EF},       {"seed", SPEC_KEY_SEED},
-    {"zstd", SPEC_KEY_ZSTD},     {"global", SPEC_KEY_GLOBAL},
+    {"zstd", SPEC_KEY_ZSTD},     {"global", SPEC_KEY_GLOBAL}, {"rank", SPEC_KEY_RANK},   {"cols", SPEC_KEY_COLS},
 };
 #define NUM_KEYS (sizeof kKeys / sizeof kKeys[0])
 
@@ -66,8 +67,9 @@ static void spec_defaults(enum codec_id codec, struct codec_spec* s) {
   /* Stochastic rounding keeps uniform unbiased even without error feedback. */
   if (keys & SPEC_KEY_ROUND) s->round = SPEC_ROUND_STOCHASTIC;
   if (keys & SPEC_KEY_RATIO) s->ratio = SPEC_RATIO_DEFAULT;
+  if (keys & SPEC_KEY_RANK) s->rank = SPEC_RANK_DEFAULT;
   /* top-k and sign diverge without error feedback (Karimireddy et al. 2019). */
-  s->ef = codec == CODEC_TOPK || codec == CODEC_SIGN;
+  s->ef = codec == CODEC_TOPK || codec == CODEC_SIGN || codec == CODEC_POWERSGD; /* PowerSGD's paper: EF is needed */
 }
 
 /* Decimal digits only: no sign, space or hex, so "-1" cannot wrap to 2^64-1. */
@@ -137,6 +139,20 @@ static gcclResult_t set_key(const char* text, struct codec_spec* s, enum spec_ke
         return err_set(gcclInvalidArgument, "compressor spec \"%s\": ratio=%.*s out of range (0, 1]", text, (int)len,
                        v);
       s->ratio = d;
+      break;
+    case SPEC_KEY_RANK:
+      ok = parse_u64(v, len, &u);
+      if (ok && (u < 1 || u > SPEC_RANK_MAX))
+        return err_set(gcclInvalidArgument, "compressor spec \"%s\": rank=%.*s out of range (1..%u)", text, (int)len, v,
+                       SPEC_RANK_MAX);
+      s->rank = (uint32_t)u;
+      break;
+    case SPEC_KEY_COLS:
+      ok = parse_u64(v, len, &u);
+      if (ok && u > ((uint64_t)1 << 32))
+        return err_set(gcclInvalidArgument, "compressor spec \"%s\": cols=%.*s out of range (0 = near-square, ..2^32)",
+                       text, (int)len, v);
+      s->cols = u;
       break;
     case SPEC_KEY_SEED:
       ok = parse_u64(v, len, &u);
@@ -261,6 +277,12 @@ gcclResult_t spec_format(const struct codec_spec* s, char* buf, size_t cap) {
         break;
       case SPEC_KEY_VALUES:
         ok = append(buf, cap, &pos, "%c%s=%s", sep, name, kValuesNames[(unsigned)s->values <= 2 ? s->values : 0]);
+        break;
+      case SPEC_KEY_RANK:
+        ok = append(buf, cap, &pos, "%c%s=%u", sep, name, (unsigned)s->rank);
+        break;
+      case SPEC_KEY_COLS:
+        ok = append(buf, cap, &pos, "%c%s=%llu", sep, name, (unsigned long long)s->cols);
         break;
       case SPEC_KEY_SEED:
         ok = append(buf, cap, &pos, "%c%s=%llu", sep, name, (unsigned long long)s->seed);

@@ -19,6 +19,7 @@ enum codec_id {
   CODEC_TERNGRAD = 6,
   CODEC_TOPK = 7,
   CODEC_RANDK = 8,
+  CODEC_POWERSGD = 9, /* low rank: no frames, its own allreduce (collectives/powersgd.c) */
   CODEC_COUNT
 };
 
@@ -34,6 +35,8 @@ enum spec_values { SPEC_VALUES_FP32 = 0, SPEC_VALUES_FP16 = 1, SPEC_VALUES_BF16 
 #define SPEC_BUCKET_DEFAULT 512u   /* CGX's default bucket size */
 #define SPEC_BITS_DEFAULT 4u       /* 8x smaller than fp32 with little accuracy loss (CGX) */
 #define SPEC_RATIO_DEFAULT 0.01    /* DGC-style 1% density */
+#define SPEC_RANK_DEFAULT 4u       /* powersgd: PyTorch's users' common choice, ~250x fewer bytes at 100 MiB */
+#define SPEC_RANK_MAX 256u
 
 /* Room spec_format needs for any spec (the longest canonical form is ~110 chars). */
 #define SPEC_FORMAT_MAX 192
@@ -54,6 +57,8 @@ struct codec_spec {
   int global;              /* topk: the sparse allreduces keep only ~k entries of
                               the sum (Ok-Topk / gTop-k); the rest returns to the
                               residual */
+  uint32_t rank;           /* powersgd: 1..SPEC_RANK_MAX */
+  uint64_t cols;           /* powersgd: the matrix's width; 0 = near-square */
 };
 
 /* Keys as bits, for the table of which keys a codec accepts. */
@@ -68,6 +73,8 @@ enum spec_key {
   SPEC_KEY_SEED = 1 << 7,
   SPEC_KEY_ZSTD = 1 << 8,
   SPEC_KEY_GLOBAL = 1 << 9,
+  SPEC_KEY_RANK = 1 << 10,
+  SPEC_KEY_COLS = 1 << 11,
 };
 
 /* The keys codec accepts (a mask of enum spec_key); 0 for an unknown codec. */

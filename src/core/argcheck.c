@@ -8,7 +8,9 @@
 #include "common/dtype.h"
 #include "common/result.h"
 #include "compress/compressor.h"
+#include "compress/powersgd.h"
 #include "core/comm.h"
+#include "device/device.h"
 #ifdef GCCL_HAVE_MPI
 #include "transport/mpi.h"
 #endif
@@ -156,6 +158,8 @@ gcclResult_t argcheck_compressed(gcclComm_t comm, const struct coll_args* a, gcc
   if (a->kind != COLL_ALLGATHER && a->op != gcclSum && a->op != gcclAvg)
     return err_set(gcclInvalidArgument, "%s: compressed collectives reduce with sum or avg, not %s", fn,
                    op_name(a->op));
+  if (c->spec.codec == CODEC_POWERSGD && a->kind != COLL_ALLREDUCE)
+    return err_set(gcclInvalidUsage, "%s: powersgd compresses allreduces only (its factors are summed)", fn);
   return argcheck_call_stream(stream, fn);
 }
 
@@ -200,6 +204,11 @@ gcclResult_t argcheck_compressor_spec(const char* spec, size_t count, gcclDataTy
     return err_set(gcclInvalidArgument,
                    "gcclCompressorCreate: codec %s compresses floating-point tensors only, not %s (use \"none\")",
                    spec_codec_name(parsed->codec), dtype_name(dt));
+#ifndef GCCL_HAVE_BLAS
+  if (parsed->codec == CODEC_POWERSGD)
+    return err_set(gcclInvalidArgument,
+                   "gcclCompressorCreate: spec \"%s\" asks for powersgd, but gccl was built without BLAS", spec);
+#endif
 #ifndef GCCL_HAVE_ZSTD
   if (parsed->zstd)
     return err_set(gcclInvalidArgument,
@@ -217,6 +226,43 @@ gcclResult_t argcheck_residual(gcclCompressor_t c, const void* buf, int setting)
   if ((uintptr_t)buf % es != 0) return err_set(gcclInvalidArgument, "%s: %s is not aligned to %zu bytes", fn, name, es);
   if (setting && !c->spec.ef)
     return err_set(gcclInvalidUsage, "%s: compressor %s keeps no residual (ef=0)", fn, c->spec_text);
+  return gcclSuccess;
+}
+
+gcclResult_t argcheck_state(gcclCompressor_t c, const void* buf, size_t bytes, const size_t* state_bytes, int setting) {
+  const char* fn = setting ? "gcclCompressorSetState" : "gcclCompressorGetState";
+  GCCL_CHECK(argcheck_compressor(c, fn));
+  size_t n;
+  compressor_carried(c, &n);
+  size_t need = n * sizeof(float);
+  if (!setting) {
+    GCCL_CHECK(argcheck_not_null(state_bytes, fn, "stateBytes"));
+    if (buf != NULL && bytes < need)
+      return err_set(gcclInvalidArgument, "%s: cap %zu is below the state's %zu bytes", fn, bytes, need);
+    return gcclSuccess;
+  }
+  if (bytes != need)
+    return err_set(gcclInvalidArgument, "%s: %zu bytes, but compressor %s carries %zu", fn, bytes, c->spec_text, need);
+  if (need && buf == NULL) return err_set(gcclInvalidArgument, "%s: in is NULL", fn);
+  return gcclSuccess;
+}
+
+gcclResult_t argcheck_powersgd_step(gcclCompressor_t c, int step, const char* fn) {
+  GCCL_CHECK(argcheck_compressor(c, fn));
+  if (c->spec.codec != CODEC_POWERSGD)
+    return err_set(gcclInvalidArgument, "%s: compressor %s is not powersgd", fn, c->spec_text);
+  const struct powersgd_state* st = c->state;
+  static const char* const after[] = {"gcclPowerSgdComputeP", "gcclPowerSgdComputeQ"};
+  if (step != POWERSGD_IDLE && (int)st->step != step)
+    return err_set(gcclInvalidUsage, "%s: comes after %s of the same call", fn, after[step - 1]);
+  return gcclSuccess;
+}
+
+gcclResult_t argcheck_host_pair(const void* a, size_t abytes, const void* b, size_t bbytes, const char* fn) {
+  if ((abytes && a == NULL) || (bbytes && b == NULL)) return err_set(gcclInvalidArgument, "%s: a buffer is NULL", fn);
+  if (device_is_pointer(a) || device_is_pointer(b))
+    return err_set(gcclInvalidArgument, "%s: takes host buffers (this one is on a CUDA device)", fn);
+  if (ranges_overlap(a, abytes, b, bbytes)) return err_set(gcclInvalidArgument, "%s: its buffers overlap", fn);
   return gcclSuccess;
 }
 

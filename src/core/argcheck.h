@@ -69,6 +69,16 @@ gcclResult_t argcheck_compressor_spec(const char* spec, size_t count, gcclDataTy
 /* gcclCompressorGetResidual (setting 0: buf is `out`) or gcclCompressorSetResidual
  * (setting 1: buf is `in`, and c must keep a residual). */
 gcclResult_t argcheck_residual(gcclCompressor_t c, const void* buf, int setting);
+/* gcclCompressorGetState (setting 0: buf the output of cap `bytes`, or NULL to
+ * ask the size; state_bytes not NULL) and gcclCompressorSetState (setting 1: buf
+ * exactly `bytes`, the compressor's state size). */
+gcclResult_t argcheck_state(gcclCompressor_t c, const void* buf, size_t bytes, const size_t* state_bytes, int setting);
+/* The gcclPowerSgd* steps (powersgd_api.c): c a powersgd compressor at step
+ * `step` (enum powersgd_step; POWERSGD_IDLE: at any). */
+gcclResult_t argcheck_powersgd_step(gcclCompressor_t c, int step, const char* fn);
+/* a and b (of abytes and bbytes) host buffers that do not overlap, each not
+ * NULL when it has bytes. */
+gcclResult_t argcheck_host_pair(const void* a, size_t abytes, const void* b, size_t bbytes, const char* fn);
 /* gcclEncodeBound and gcclEncodeBoundNonFinite. */
 gcclResult_t argcheck_bound(gcclCompressor_t c, const size_t* max_bytes, const char* fn);
 /* gcclEncode and its CUDA variant: a live compressor, a frame of cap >= its bound

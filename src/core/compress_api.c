@@ -2,6 +2,9 @@
  * arguments (argcheck.h), then calls the compressor (compress/compressor.h), the
  * decoder (compress/decode.h) or, for device buffers, the device seam
  * (device/device.h); the compressed collectives launch as the dense ones do. */
+#include <math.h>
+#include <string.h>
+
 #include "common/result.h"
 #include "compress/compressor.h"
 #include "compress/decode.h"
@@ -55,6 +58,29 @@ gcclResult_t gcclCompressorSetResidual(gcclCompressor_t c, const void* in) {
   size_t bad = compressor_set_residual(c, in);
   if (bad < c->count)
     return err_set(gcclInvalidArgument, "gcclCompressorSetResidual: element %zu is not finite in fp32", bad);
+  return gcclSuccess;
+}
+
+gcclResult_t gcclCompressorGetState(gcclCompressor_t c, void* out, size_t cap, size_t* stateBytes) {
+  GCCL_CHECK(argcheck_state(c, out, cap, stateBytes, 0));
+  size_t n;
+  const float* carried = compressor_carried(c, &n);
+  *stateBytes = n * sizeof(float);
+  if (out && n) memcpy(out, carried, n * sizeof(float));
+  return gcclSuccess;
+}
+
+gcclResult_t gcclCompressorSetState(gcclCompressor_t c, const void* in, size_t stateBytes) {
+  GCCL_CHECK(argcheck_state(c, in, stateBytes, NULL, 1));
+  size_t n;
+  float* carried = compressor_carried(c, &n);
+  const unsigned char* bytes = in;
+  for (size_t i = 0; i < n; i++) {
+    float v;
+    memcpy(&v, bytes + i * sizeof v, sizeof v);
+    if (!isfinite(v)) return err_set(gcclInvalidArgument, "gcclCompressorSetState: value %zu is not finite", i);
+  }
+  memcpy(carried, in, n * sizeof(float));
   return gcclSuccess;
 }
 

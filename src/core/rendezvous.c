@@ -10,8 +10,8 @@
 
 #include "common/clock.h"
 #include "common/result.h"
-#include "transport/local.h"
 #include "core/comm.h"
+#include "transport/local.h"
 
 struct pending_comm {
   struct pending_comm* next;

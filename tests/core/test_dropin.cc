@@ -457,6 +457,25 @@ TEST(DropIn, AutoCompressesOnlyWhereTheModelPredictsAGain) {
   }
 }
 
+// auto:powersgd, whose codec has no frames to time: its steps are measured instead,
+// and the call compresses on the slow link only.
+TEST(DropIn, AutoPowerSgdCompressesOnlyOnTheSlowLink) {
+  const int p = 2;
+  const size_t count = size_t{1} << 18;
+  for (const char* gbps : {"0.1", "400"}) {
+    SCOPED_TRACE(std::string("link ") + gbps + " Gbit/s");
+    bool slow = std::string(gbps) == "0.1";
+    Env env = {{"GCCL_COMPRESS", "auto:powersgd:rank=2"}, {"GCCL_RANKS_PER_NODE", "1"}};
+    env[slow ? "GCCL_SIM_LINK_GBPS" : "GCCL_LINK_GBPS"] = gbps;
+    if (slow) env["GCCL_SIM_LINK_PACE"] = "0";
+    Comms comms(p, env);
+    ASSERT_EQ(comms.init(), gcclSuccess);
+    auto out = AllReduce(comms, gcclFloat32, gcclSum, count, 7);
+    ExpectSameOnEveryRank(out);
+    for (int r = 0; r < p; ++r) EXPECT_EQ(comms.Stats(r).compressed, slow ? 1u : 0u) << "rank " << r;
+  }
+}
+
 // ---- the model itself ------------------------------------------------------------
 
 // A model from the environment, with the measured reduction rate replaced by a
@@ -531,6 +550,24 @@ TEST(CostModel, CompressionPaysOnSlowLinksOnly) {
   double hier = cost_allreduce(&two, ALGO_HIER, count, 4, &spec, &c, 1);
   EXPECT_GT(hier, 0.0);
   EXPECT_LT(hier, dense);
+}
+
+// powersgd: its products (measured as "encode" time) plus two dense rings of its
+// factors, P (rows x rank) and Q (cols x rank), whatever the size.
+TEST(CostModel, PowerSgdIsItsProductsAndTwoRingsOfFactors) {
+  codec_spec spec;
+  ASSERT_EQ(spec_parse("powersgd:rank=4", &spec), gcclSuccess);
+  cost_codec c = {2e-9, 0.0, 0.0};  // 2 ns per element for the three steps
+  const size_t count = size_t{25} << 20;  // 100 MiB of fp32: 5120 x 5120
+  cost_model m = ModelWith(8, 1, {{"GCCL_SIM_LINK_GBPS", "1"}});
+  double factor = 5120.0 * 4 * 4;  // bytes of P, and of Q
+  double ring = cost_allreduce(&m, ALGO_RING, size_t(factor / 4), 4, nullptr, nullptr, 0);
+  EXPECT_NEAR(cost_allreduce(&m, ALGO_POWERSGD, count, 4, &spec, &c, 1), 2e-9 * double(count) + 2 * ring, 1e-9);
+  coll_algo best;
+  EXPECT_LT(cost_allreduce(&m, ALGO_POWERSGD, count, 4, &spec, &c, 1), cost_best_dense_allreduce(&m, count, 4, &best));
+  cost_codec measured;
+  ASSERT_EQ(cost_codec_measure("powersgd:rank=4", &measured), gcclSuccess);  // no frames to measure: its steps
+  EXPECT_GT(measured.encode_s_per_elem, 0.0);
 }
 
 TEST(CostModel, CodecRatesAreMeasuredOncePerProcess) {

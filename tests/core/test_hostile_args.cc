@@ -585,6 +585,14 @@ std::vector<Row> BuildRows() {
         IA, {"compressor"});
     add("gcclCompressorSetResidual", bc.first, [get](World& w) { return gcclCompressorSetResidual(get(w), w.f(0)); },
         IA, {"compressor"});
+    add("gcclCompressorGetState", bc.first,
+        [get](World& w) {
+          size_t b;
+          return gcclCompressorGetState(get(w), nullptr, 0, &b);
+        },
+        IA, {"compressor"});
+    add("gcclCompressorSetState", bc.first, [get](World& w) { return gcclCompressorSetState(get(w), w.f(0), 0); }, IA,
+        {"compressor"});
     add("gcclEncodeBound", bc.first,
         [get](World& w) {
           size_t b;
@@ -603,7 +611,38 @@ std::vector<Row> BuildRows() {
           return gcclEncode(get(w), w.f(0), w.f(64), 1024, &fb);
         },
         IA, {"compressor"});
+    add("gcclPowerSgdShape", bc.first,
+        [get](World& w) {
+          size_t a, b, c;
+          return gcclPowerSgdShape(get(w), &a, &b, &c);
+        },
+        IA, {"compressor"});
+    add("gcclPowerSgdComputeP", bc.first, [get](World& w) { return gcclPowerSgdComputeP(get(w), w.f(0), w.f(64)); },
+        IA, {"compressor"});
+    add("gcclPowerSgdComputeQ", bc.first, [get](World& w) { return gcclPowerSgdComputeQ(get(w), w.f(0), w.f(64)); },
+        IA, {"compressor"});
+    add("gcclPowerSgdComputeOutput", bc.first,
+        [get](World& w) { return gcclPowerSgdComputeOutput(get(w), w.f(0), w.f(64), 1, gcclSum); }, IA, {"compressor"});
   }
+  // the steps of a compressor of another codec (PowerSgdSteps tests the rest, with BLAS)
+  add("gcclPowerSgdShape", "a top-k compressor",
+      [](World& w) {
+        size_t a, b, c;
+        return gcclPowerSgdShape(w.comp, &a, &b, &c);
+      },
+      IA, {"not powersgd"});
+  add("gcclPowerSgdComputeP", "a top-k compressor",
+      [](World& w) { return gcclPowerSgdComputeP(w.comp, w.f(0), w.f(64)); }, IA, {"not powersgd"});
+  add("gcclPowerSgdComputeQ", "a top-k compressor",
+      [](World& w) { return gcclPowerSgdComputeQ(w.comp, w.f(0), w.f(64)); }, IA, {"not powersgd"});
+  add("gcclPowerSgdComputeOutput", "a top-k compressor",
+      [](World& w) { return gcclPowerSgdComputeOutput(w.comp, w.f(0), w.f(64), 1, gcclSum); }, IA, {"not powersgd"});
+  add("gcclCompressorGetState", "NULL stateBytes",
+      [](World& w) { return gcclCompressorGetState(w.comp, nullptr, 0, nullptr); }, IA, {"stateBytes"});
+  add("gcclCompressorSetState", "bytes the compressor does not carry",
+      [](World& w) { return gcclCompressorSetState(w.comp, w.f(0), 4); }, IA, {"carries"});
+  add("gcclCompressorSetState", "SIZE_MAX bytes",
+      [](World& w) { return gcclCompressorSetState(w.comp, w.f(0), SIZE_MAX); }, IA, {"carries"});
   add("gcclCompressorGetResidual", "NULL out", [](World& w) { return gcclCompressorGetResidual(w.comp, nullptr); }, IA,
       {"out"});
   add("gcclCompressorGetResidual", "misaligned out",

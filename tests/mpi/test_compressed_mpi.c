@@ -4,8 +4,8 @@
  * otherwise), whatever the codec and algorithm. Inputs are multiples of 1/16 in
  * [-4, 4), which fp16 holds exactly, and so do the sums of up to 4 of them: fp16
  * and topk:ratio=1 must then be exact, and uniform:bits=8 within a few
- * quantization steps; sign, top-k and random-k at ratio 0.1 are only checked for
- * agreement and finite results. Each algorithm is forced through GCCL_ALGO (hier
+ * quantization steps; sign, top-k and random-k at ratio 0.1 and powersgd are
+ * only checked for agreement and finite results. Each algorithm is forced through GCCL_ALGO (hier
  * with GCCL_RANKS_PER_NODE=2), plus the tuner's choice (one node, and nodes of
  * one rank) and the GCCL_COMPRESS drop-in. --quick runs a small subset. */
 #include <math.h>
@@ -137,8 +137,9 @@ static void check_dense_allreduce(gcclComm_t comm, size_t count) {
 
 static const char* const quantizers[] = {"fp16", "uniform:bits=8", "sign"};
 static const char* const sparse[] = {"topk:ratio=0.1", "topk:ratio=1"};
-static const char* const all_specs[] = {"fp16",           "uniform:bits=8", "sign",
-                                        "topk:ratio=0.1", "topk:ratio=1",   "randk:ratio=0.1"};
+static const char* const all_specs[] = {"fp16",         "uniform:bits=8",  "sign",           "topk:ratio=0.1",
+                                        "topk:ratio=1", "randk:ratio=0.1", "powersgd:rank=2"};
+#define NUM_ALL_SPECS (sizeof all_specs / sizeof all_specs[0])
 
 static size_t counts[6];
 static int ncounts;
@@ -220,7 +221,7 @@ int main(int argc, char** argv) {
   mc_init(&argc, &argv);
   quick = mc_flag("--quick");
   plan_counts();
-  allreduce_cases(NULL, NULL, all_specs, 6);
+  allreduce_cases(NULL, NULL, all_specs, NUM_ALL_SPECS);
   if (!quick) {
     allreduce_cases("sra", NULL, quantizers, 3);
     long_part_cases();
@@ -231,7 +232,7 @@ int main(int argc, char** argv) {
   }
   /* Two nodes of two (or a node of two and one of one) at 3 and 4 ranks; nodes of
    * one rank each at 2. */
-  if (mc_nranks >= 2) allreduce_cases("hier", mc_nranks >= 3 ? "2" : "1", all_specs, quick ? 2 : 6);
+  if (mc_nranks >= 2) allreduce_cases("hier", mc_nranks >= 3 ? "2" : "1", all_specs, quick ? 2 : NUM_ALL_SPECS);
 
   gcclComm_t comm = mc_comm(MPI_COMM_WORLD);
   if (comm) {
