@@ -5,7 +5,9 @@
  *
  * α: seconds per message, β: seconds per byte on the wire, per level (intra-node,
  * inter-node); γ: seconds per element (codec encode, decode-accumulate) or per
- * byte (dense reduction), measured on this machine once per process.
+ * byte (dense reduction), measured on this machine once per process. powersgd,
+ * which has no frames, is measured as its three steps (as encode time) and sends
+ * its two factors, whose sizes come from its shape.
  *
  * Links (read by cost_model_init):
  *   inter-node: GCCL_SIM_LINK_GBPS / GCCL_SIM_LINK_US when set (the link model of

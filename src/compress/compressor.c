@@ -414,6 +414,7 @@ gcclResult_t compressor_accumulate_exact(struct gcclCompressor* c, const void* s
 gcclResult_t compressor_stage_input(struct gcclCompressor* c, const void* src, gcclDataType_t dt, size_t first,
                                     size_t n, float* m) {
   GCCL_CHECK(check_range(c, first, n));
+  if (n == 0) return gcclSuccess; /* src may be NULL for an empty tensor */
   const float* e = c->residual + first;
   m += first;
   if (dt == gcclFloat32 && c->spec.ef) {
