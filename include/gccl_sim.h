@@ -13,8 +13,12 @@
  * than one node, algorithms that read peers' memory directly are not used.
  *
  * With pacing (the default) ranks sleep until the wall clock catches up with
- * their virtual clocks, so ordinary wall-clock timing sees the modelled link; the
- * functions below read the clock itself, which is what benchmarks should use. */
+ * their virtual clocks, the two set together at every operation, so that each
+ * operation takes at least its modelled time on the wall clock, also where ranks
+ * outnumber cores (a rank's CPU time, all its virtual clock counts, then lags the
+ * wall clock). Wall-clock timings see the modelled link plus whatever compute
+ * costs on the shared cores; the functions below read the virtual clock itself,
+ * which is what benchmarks should use. */
 #ifndef GCCL_SIM_H
 #define GCCL_SIM_H
 

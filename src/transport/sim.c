@@ -33,8 +33,14 @@
  * latency when there is more than one node.
  *
  * Pacing: after a blocking operation a rank whose virtual clock is ahead of the
- * wall clock (since the world's creation) sleeps until they agree, so a caller
- * timing with its own clock sees the modelled link. */
+ * wall clock sleeps until they agree, so a caller timing with its own clock sees
+ * the modelled link. The two clocks are set together at each operation's entry
+ * (the wall clock's origin moved on, per rank, when it has run ahead): a rank's
+ * virtual clock counts only its own CPU time, and where ranks outnumber cores,
+ * or a rank waits on a late peer, the wall clock gains on it. Anchored once, at
+ * the world's creation, every later call would start behind and never sleep,
+ * and wall-clock timings would show the machine's memory copies instead of the
+ * link. So every operation takes at least its modelled time on the wall. */
 #include "transport/sim.h"
 
 #include <errno.h>
@@ -119,6 +125,7 @@ struct sim_tp {
   struct sim_req* reqs;  /* indexed by the inner transport's request handle */
   int nreqs;
   uint64_t sync_calls; /* barriers and allgather_smalls so far: picks the sync_vt bank */
+  int64_t pace_origin_ns; /* the wall clock at this rank's virtual time 0, for pacing */
 };
 
 static struct sim_tp* st(struct transport* tp) {
@@ -296,12 +303,22 @@ static double thread_cpu_s(void) {
 
 /* Charges the compute since the last operation returned. A different thread (a
  * stream's worker after the caller's) has no mark to charge from. */
+/* Moves the pacing origin on so that the wall clock is not ahead of the virtual
+ * one (file comment, "Pacing"). *t->vt is written by this rank only. */
+static void pace_anchor(struct sim_tp* t) {
+  if (!t->w->cfg.pace) return;
+  int64_t origin = clock_now_ns() - (int64_t)(*t->vt * 1e9);
+  if (origin > t->pace_origin_ns) t->pace_origin_ns = origin;
+}
+
 static void op_enter(struct sim_tp* t) {
-  if (!t->marked || !pthread_equal(t->mark_thread, pthread_self())) return;
-  double spent = thread_cpu_s() - t->cpu_mark;
-  pthread_mutex_lock(&t->w->mu);
-  *t->vt += spent;
-  pthread_mutex_unlock(&t->w->mu);
+  if (t->marked && pthread_equal(t->mark_thread, pthread_self())) {
+    double spent = thread_cpu_s() - t->cpu_mark;
+    pthread_mutex_lock(&t->w->mu);
+    *t->vt += spent;
+    pthread_mutex_unlock(&t->w->mu);
+  }
+  pace_anchor(t);
 }
 
 static void op_leave(struct sim_tp* t) {
@@ -316,10 +333,10 @@ static void advance_to(struct sim_tp* t, double when) {
   pthread_mutex_unlock(&t->w->mu);
 }
 
-/* Sleeps until the wall clock since the world's creation reaches the virtual clock. */
+/* Sleeps until the wall clock since this rank's pacing origin reaches its virtual clock. */
 static void pace(struct sim_tp* t) {
   if (!t->w->cfg.pace) return;
-  int64_t target = t->w->start_ns + (int64_t)(*t->vt * 1e9);
+  int64_t target = t->pace_origin_ns + (int64_t)(*t->vt * 1e9);
   if (clock_now_ns() >= target) return;
   struct timespec ts = {.tv_sec = target / 1000000000, .tv_nsec = target % 1000000000};
   while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
@@ -518,6 +535,7 @@ gcclResult_t sim_transport_create(struct transport** out, struct transport* inne
   t->inner = inner;
   t->w = w;
   t->vt = &w->vt[inner->rank];
+  t->pace_origin_ns = w->start_ns;
   refcount_take(&w->refs);
   if (inner->rank == 0)
     GCCL_INFO(LOG_INIT | LOG_TRANSPORT,
