@@ -58,7 +58,8 @@ DATA_DIR = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist
 # Row name -> (kind, argument). kind: "ddp" (DDP's allreduce), "torch-fp16"
 # (fp16_compress_hook), "powersgd" (powerSGD_hook with one bucket, see
 # make_ddp), "powersgd-buckets" (the same with DDP's own buckets: crashes or
-# deadlocks gloo, kept to show it), "gccl" (gccl_hook on the torch transport, the spec).
+# deadlocks gloo, kept to show it), "gccl" (gccl_hook on the torch transport, the spec),
+# "gccl-tensors" (the same with powersgd_per_tensor=True: a matrix per parameter tensor).
 ROWS = {
     "ddp": ("ddp", None),
     "torch-fp16": ("torch-fp16", None),
@@ -70,9 +71,10 @@ ROWS = {
     "gccl-sign": ("gccl", "sign"),
     "gccl-topk1%": ("gccl", "topk:ratio=0.01"),
     "gccl-powersgd-r4": ("gccl", "powersgd:rank=4"),
+    "gccl-powersgd-r4-tensors": ("gccl-tensors", "powersgd:rank=4"),
 }
 FULL_ROWS = ["ddp", "torch-fp16", "torch-powersgd-r4", "gccl-fp16", "gccl-uniform8", "gccl-uniform4", "gccl-sign",
-             "gccl-topk1%", "gccl-powersgd-r4"]
+             "gccl-topk1%", "gccl-powersgd-r4", "gccl-powersgd-r4-tensors"]
 QUICK_ROWS = ["ddp", "gccl-uniform4"]
 DENSE_ROW = "ddp"  # the reference: its final accuracy sets the target
 
@@ -172,13 +174,14 @@ def make_ddp(kind, arg, module, args):
             arg, state.start_powerSGD_iter, "one bucket" if kind == "powersgd" else "default buckets")
         warmup = state.start_powerSGD_iter
         state = None  # nothing to close
-    elif kind == "gccl":
+    elif kind in ("gccl", "gccl-tensors"):
         import gccl.torch as gt
         # powersgd warms up densely for as many steps as powerSGD_hook's row
         start = (1000 if args.psgd_start is None else args.psgd_start) if arg.startswith("powersgd") else 0
-        state = gt.GcclHookState(arg, transport="torch", start_iter=start)
+        per_tensor = kind == "gccl-tensors"
+        state = gt.GcclHookState(arg, transport="torch", start_iter=start, powersgd_per_tensor=per_tensor)
         ddp.register_comm_hook(state, gt.gccl_hook)
-        how = "gccl_hook %r, transport torch, default buckets" % arg
+        how = "gccl_hook %r%s, transport torch, default buckets" % (arg, ", a matrix per tensor" if per_tensor else "")
         if start:
             how += ", start_iter %d" % start
             warmup = start
@@ -508,7 +511,8 @@ def _bars(rows, names, dense):
     (sign and topk have it on by default) ends within 1 point of dense."""
     if not dense or dense.get("time_to_target_s") is None:
         return None
-    gccl = [n for n in names if ROWS.get(n, ("",))[0] == "gccl" and rows[n].get("time_to_target_s") is not None]
+    gccl = [n for n in names if ROWS.get(n, ("",))[0] in ("gccl", "gccl-tensors")
+            and rows[n].get("time_to_target_s") is not None]
     psgd = [rows[n]["time_to_target_s"] for n in names if ROWS.get(n, ("",))[0] == "powersgd"
             and rows[n].get("time_to_target_s") is not None]
     res = {"best_gccl": None}
@@ -524,7 +528,7 @@ def _bars(rows, names, dense):
             "-" if not psgd else "met" if res["vs_powersgd"] > 1 else "MISSED"))
     else:
         parts.append("no gccl row reached the target (bar: MISSED)")
-    ef = [n for n in names if ROWS.get(n, ("",))[0] == "gccl" and _codec_of(ROWS[n][1]) in ("sign", "topk")]
+    ef = [n for n in names if ROWS.get(n, ("",))[0] in ("gccl", "gccl-tensors") and _codec_of(ROWS[n][1]) in ("sign", "topk")]
     gaps = {n: rows[n]["final_acc"] - dense["final_acc"] for n in ef if rows[n].get("final_acc") is not None}
     res["ef_gaps"] = gaps
     if gaps:

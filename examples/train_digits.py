@@ -38,6 +38,7 @@ CODECS = [
     ("topk 1% no EF", "topk:ratio=0.01,ef=0"),
     ("randk 1%", "randk:ratio=0.01"),
     ("powersgd r4 (gccl)", "powersgd:rank=4"),
+    ("powersgd r4 per tensor (gccl)", "per-tensor:powersgd:rank=4"),
     ("powerSGD_hook r4 (torch)", "torch:powersgd:4"),
 ]
 # PowerSGD rows start compressing after this many dense steps (at least 2: torch's
@@ -91,7 +92,9 @@ def train_one(rank, world, spec, seed, args, data):
                                          start_powerSGD_iter=start, random_seed=seed)
         model.register_comm_hook(torch_state, psgd.powerSGD_hook)
     elif spec is not None:
-        state = gt.GcclHookState(spec, transport="torch", start_iter=start)
+        per_tensor = spec.startswith("per-tensor:")  # powersgd with a matrix per parameter tensor
+        state = gt.GcclHookState(spec.split(":", 1)[1] if per_tensor else spec, transport="torch", start_iter=start,
+                                 powersgd_per_tensor=per_tensor)
         model.register_comm_hook(state, gt.gccl_hook)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()

@@ -31,8 +31,17 @@ Plans:
               between them by two all_reduce of (rows + cols) rank floats. gloo's
               allreduce gives every rank the same bits, so every rank's output
               is the same too. No slots: the factors' sizes are the spec's.
+  PowerSgdTensorsPlan  powersgd with a matrix per parameter tensor, as PyTorch's
+              powerSGD_hook (GcclHookState(powersgd_per_tensor=True)): a compressor
+              per weight of at least two dimensions (rows = its first dimension),
+              whose P's lie side by side in one tensor and are summed by one
+              all_reduce, with the dense parameters (biases, and matrices too
+              small to gain) beside them; then the Q's in another. Two
+              collectives per bucket, whatever the number of tensors.
   GcclPlan    transport="gccl": gcclAllReduceCompressed on a gccl communicator.
 """
+
+import re
 
 import torch
 import torch.distributed as dist
@@ -237,6 +246,96 @@ class PowerSgdPlan(_OneCompressor):
         self._sum(self.Q)
         self.comp.powersgd_compute_output(self.Q, x, self.p, "avg")
         return buf if self.host is None else buf.copy_(x)
+
+
+def _with_cols(spec, cols):
+    """spec with cols=cols (any cols it had replaced)."""
+    codec, _, keys = spec.partition(":")
+    kept = [k for k in keys.split(",") if k.strip() and not re.match(r"\s*cols\s*=", k)]
+    return codec + ":" + ",".join(kept + ["cols=%d" % cols])
+
+
+class PowerSgdTensorsPlan:
+    """A bucket whose gradients lie at `layout` [(offset, shape)] in its buffer of
+    n elements of dtype, powersgd with a matrix per tensor, over p ranks; sum(x)
+    sums a float32 CPU tensor over the ranks in place (the same bits on every
+    rank). A tensor is compressed when it has two dimensions or more and its
+    factors are under half its size (powerSGD_hook's min_compression_rate 2),
+    else sent dense."""
+
+    def __init__(self, spec, layout, n, dtype, p, sum_, device):
+        self.p, self.sum, self.n, self.dtype = p, sum_, n, dtype
+        rank = int(re.search(r"rank\s*=\s*(\d+)", spec).group(1)) if re.search(r"rank\s*=", spec) else 4
+        self.mats, self.dense = [], []  # (offset, count, compressor, P slice start, Q slice start); (offset, count)
+        p_len = q_len = 0
+        for off, shape in layout:
+            count = 1
+            for d in shape:
+                count *= d
+            rows = shape[0] if len(shape) >= 2 else 0
+            cols = count // rows if rows else 0
+            r = min(rank, rows, cols)
+            if len(shape) >= 2 and (rows + cols) * r * 2 < count:
+                comp = Compressor(_with_cols(spec, cols), count, dtype)
+                self.mats.append((off, count, comp, p_len, q_len))
+                rows, cols, r = comp.powersgd_shape
+                p_len += rows * r
+                q_len += cols * r
+            elif count:
+                self.dense.append((off, count))
+        self.p_len = p_len
+        dense_n = sum(k for _, k in self.dense)
+        self.P = torch.zeros(p_len + dense_n)  # the P's, then the dense values / p
+        self.Q = torch.zeros(q_len)
+        self.host = torch.empty(n, dtype=dtype) if device.type == "cuda" else None
+        self.wire_bytes = 2 * (p - 1) * (self.P.numel() + self.Q.numel()) * 4 // p
+
+    def _factor(self, t, start, comp, which):
+        rows, cols, r = comp.powersgd_shape
+        return t[start:start + (rows if which == "p" else cols) * r]
+
+    def run(self, buf, stream=None):  # stream: a gccl plan's; the steps run on the host
+        x = buf if self.host is None else self.host.copy_(buf)
+        for off, k, comp, ps, _ in self.mats:
+            comp.powersgd_compute_p(x[off:off + k], self._factor(self.P, ps, comp, "p"))
+        at = self.p_len
+        for off, k in self.dense:  # the dense values ride with the P's: one collective
+            torch.div(x[off:off + k], self.p, out=self.P[at:at + k])
+            at += k
+        self.sum(self.P)
+        at = self.p_len
+        for off, k in self.dense:
+            x[off:off + k].copy_(self.P[at:at + k])
+            at += k
+        for off, k, comp, ps, qs in self.mats:
+            comp.powersgd_compute_q(self._factor(self.P, ps, comp, "p"), self._factor(self.Q, qs, comp, "q"))
+        if self.mats:
+            self.sum(self.Q)
+        for off, k, comp, _, qs in self.mats:
+            comp.powersgd_compute_output(self._factor(self.Q, qs, comp, "q"), x[off:off + k], self.p, "avg")
+        return buf if self.host is None else buf.copy_(x)
+
+    def get_residual(self):
+        out = torch.zeros(self.n, dtype=self.dtype)
+        for off, k, comp, _, _ in self.mats:
+            out[off:off + k] = torch.as_tensor(comp.get_residual())
+        return out
+
+    def set_residual(self, values):
+        values = torch.as_tensor(values)
+        for off, k, comp, _, _ in self.mats:
+            comp.set_residual(values[off:off + k].contiguous())
+
+    def get_state(self):
+        return [torch.from_numpy(comp.get_state()) for _, _, comp, _, _ in self.mats] or None
+
+    def set_state(self, states):
+        for (_, _, comp, _, _), st in zip(self.mats, states):
+            comp.set_state(st)
+
+    def destroy(self):
+        for _, _, comp, _, _ in self.mats:
+            comp.destroy()
 
 
 class GcclPlan(_OneCompressor):

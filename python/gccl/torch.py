@@ -23,7 +23,11 @@ rank knows from (spec, count), so no sizes are exchanged (_hook_plans.py):
   - Sparse codecs (topk, randk) and other dtypes: one all_gather of every rank's
     whole frame, decoded in rank order on every rank.
   - powersgd: gccl's three steps on this rank, its factors P and Q summed by two
-    all_reduce (PowerSgdPlan).
+    all_reduce (PowerSgdPlan: one matrix per bucket, as batched_powerSGD_hook;
+    with powersgd_per_tensor=True, PowerSgdTensorsPlan: one per weight, as
+    powerSGD_hook, every P and the tensors of at most one dimension in the first
+    all_reduce, every Q in the second; also on transport="gccl", where
+    gcclAllReduce sums them).
   Stochastic codecs (uniform, qsgd, terngrad) get a seed per rank and chunk
   unless the spec fixes one (through the codec-only API every process would
   otherwise round alike).
@@ -101,7 +105,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ._hook_plans import GatherPlan, GcclPlan, PowerSgdPlan, SraPlan
+from ._hook_plans import GatherPlan, GcclPlan, PowerSgdPlan, PowerSgdTensorsPlan, SraPlan
 from ._hook_policies import DensePlan, PolicyPlan, parse_overrides, policy_groups, state_of
 from ._hook_worker import HookWorker
 from .comm import Comm
@@ -176,7 +180,8 @@ class GcclHookState:
     that the garbage collector cannot free."""
 
     def __init__(self, spec, transport="torch", process_group=None, comm=None, start_iter=0,
-                 min_compress_numel=1024, model=None, layer_min_size=None, overrides=None):
+                 min_compress_numel=1024, model=None, layer_min_size=None, overrides=None,
+                 powersgd_per_tensor=False):
         if transport not in TRANSPORTS:
             raise GcclInvalidArgument("invalid argument", "transport must be one of %s, not %r" % (TRANSPORTS, transport))
         if not isinstance(start_iter, int) or start_iter < 0:
@@ -191,6 +196,12 @@ class GcclHookState:
             raise GcclInvalidArgument("invalid argument", "model must be the DDP model (a torch.nn.Module), not %s" %
                                       type(model).__name__)
         Compressor(spec, 1).destroy()  # a bad spec fails here, with gccl's message
+        if not isinstance(powersgd_per_tensor, bool):
+            raise GcclInvalidArgument("invalid argument", "powersgd_per_tensor must be a bool")
+        if powersgd_per_tensor and (_codec(spec) != "powersgd" or layer_min_size is not None or overrides):
+            raise GcclInvalidArgument("invalid argument", "powersgd_per_tensor needs a powersgd spec and no "
+                                      "layer_min_size or overrides (its tensors of at most one dimension go dense)")
+        self.powersgd_per_tensor = powersgd_per_tensor
         self.overrides = parse_overrides(overrides)
         if self.overrides and model is None:
             raise GcclInvalidArgument("invalid argument", "overrides match parameter names: give model= too "
@@ -291,6 +302,27 @@ class GcclHookState:
 
         return PolicyPlan(policies, policy_groups(bucket, policies), buf.numel(), buf.dtype, buf.device, make, _ef_on)
 
+    def _tensors_plan(self, bucket):
+        """A PowerSgdTensorsPlan for the bucket: its gradients' offsets and shapes
+        from DDP's bucket API (module docstring), its sums on the state's transport."""
+        buf = bucket.buffer()
+        size = buf.element_size()
+        layout = [((g.data_ptr() - buf.data_ptr()) // size, tuple(g.shape)) for g in bucket.gradients()]
+        if self.transport == "gccl":
+            comm = self.comm
+            sum_ = lambda x: comm.allreduce(x, x, op="sum")
+        elif buf.is_cuda:  # the NCCL backend sums device tensors
+            group, device = self._group, buf.device
+
+            def sum_(x):
+                wire = x.to(device)
+                dist.all_reduce(wire, group=group)
+                x.copy_(wire)
+        else:
+            group = self._group
+            sum_ = lambda x: dist.all_reduce(x, group=group)
+        return PowerSgdTensorsPlan(self.spec, layout, buf.numel(), buf.dtype, self.world_size, sum_, buf.device)
+
     def plan(self, bucket):
         """The bucket's plan; a new one (residual zero, or restored from
         load_state_dict) when the bucket's layout (or its parameters' policies) is
@@ -305,7 +337,9 @@ class GcclHookState:
             old[1].destroy()
             self.resets += 1
         buf = bucket.buffer()
-        if policies is None:
+        if self.powersgd_per_tensor:
+            plan = self._tensors_plan(bucket)
+        elif policies is None:
             plan = self._make_plan(self.spec, fp[0], buf.dtype, buf.device)
         else:
             plan = self._policy_plan(bucket, policies)

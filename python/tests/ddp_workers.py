@@ -257,3 +257,55 @@ def nonfinite_and_collectives(rank, world, port, out):
         got[(spec, "after")] = gt.gccl_hook(state, Bucket(0, base.clone())).wait().clone()
         state.close()
     finish(got, rank, out)
+
+
+class ViewBucket:
+    """A stand-in for DDP's GradBucket whose gradients are views of its buffer, as
+    DDP's are, for the given shapes laid back to back."""
+
+    def __init__(self, t, shapes):
+        self.t, self.views, at = t, [], 0
+        for shape in shapes:
+            n = 1
+            for d in shape:
+                n *= d
+            self.views.append(t[at:at + n].view(shape))
+            at += n
+
+    def buffer(self):
+        return self.t
+
+    def index(self):
+        return 0
+
+    def is_last(self):
+        return True
+
+    def gradients(self):
+        return self.views
+
+
+def powersgd_tensors(rank, world, port, out):
+    """powersgd with a matrix per tensor (powersgd_per_tensor=True): 6 training
+    steps (the first dense), and one bucket of a weight and a bias through the hook."""
+    init(rank, world, port)
+    results = {}
+    model = make_ddp(0)
+    state = gt.GcclHookState("powersgd:rank=2", start_iter=1, min_compress_numel=64, powersgd_per_tensor=True)
+    model.register_comm_hook(state, gt.gccl_hook)
+    train(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), rank, 6)
+    results["trained"] = flat(model)
+    results["bytes"] = state.bytes_sent
+    sd = state.state_dict()
+    results["saved_states"] = [len(e.get("state") or []) for e in sd["residuals"].values()]
+    state.close()
+    del model
+    # a weight (300 x 20, compressed; the ranks' sum has rank 1, which rank 2 holds)
+    # and a bias (300, dense) of integers
+    st = gt.GcclHookState("powersgd:rank=2", min_compress_numel=0, powersgd_per_tensor=True)
+    u, v = (torch.arange(300) % 5 + 1 + rank).float(), (torch.arange(20) % 4 + 1).float()
+    t = torch.cat([torch.outer(u, v).flatten(), (torch.arange(300) % 7 + 3 * rank).float()])
+    got = gt.gccl_hook(st, ViewBucket(t.clone(), [(300, 20), (300,)])).wait()
+    results["bucket_in"], results["bucket_out"] = t, got.clone()
+    st.close()
+    finish(results, rank, out)

@@ -49,12 +49,14 @@ except gccl.GcclInvalidUsage as e:
 torch.set_num_threads(1)
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % sys.argv[1], rank=rank, world_size=size)
 params = {}
-for spec in [None, "none", "fp16", "topk:ratio=0.01", "sign", "powersgd:rank=2"]:
+for spec in [None, "none", "fp16", "topk:ratio=0.01", "sign", "powersgd:rank=2", "per-tensor:powersgd:rank=2"]:
     model = W.make_ddp(0)
     state = None
     if spec is not None:
         # each spec gets its own gccl communicator, as a trainer would per model
-        state = gt.GcclHookState(spec, transport="gccl", start_iter=1, min_compress_numel=64)
+        per_tensor = spec.startswith("per-tensor:")  # powersgd with a matrix per weight
+        state = gt.GcclHookState(spec.split(":", 1)[1] if per_tensor else spec, transport="gccl", start_iter=1,
+                                 min_compress_numel=64, powersgd_per_tensor=per_tensor)
         model.register_comm_hook(state, gt.gccl_hook)
     W.train(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), rank, 5)
     p = W.flat(model)
@@ -67,6 +69,7 @@ for spec in [None, "none", "fp16", "topk:ratio=0.01", "sign", "powersgd:rank=2"]
 check(torch.allclose(params["none"], params[None], rtol=1e-5, atol=1e-6), "gccl dense hook ~ DDP's allreduce")
 check(not torch.equal(params["sign"], params[None]), "sign changed the training")
 check(not torch.equal(params["powersgd:rank=2"], params[None]), "powersgd changed the training")
+check(not torch.equal(params["per-tensor:powersgd:rank=2"], params["powersgd:rank=2"]), "a matrix per weight differs")
 comm.destroy()
 del model
 gc.collect()  # every DDP model must be gone before its process group (torch 1.13 could spin otherwise)

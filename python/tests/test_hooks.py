@@ -144,3 +144,28 @@ def test_topk_with_error_feedback_converges_near_dense(tmp_path):
     assert topk["mean"] >= dense["mean"] - 3, (topk["mean"], dense["mean"])
     assert topk["identical"] and dense["identical"]
     assert topk["bytes"] * 10 < dense["bytes"]
+
+
+def test_powersgd_per_tensor(tmp_path):
+    """A matrix per weight: replicas identical, training changed, the bias of a
+    bucket exactly dense, the weight approximated, and each bucket's Q's in
+    state_dict; bad combinations refused."""
+    world = 2
+    res = spawn(W.powersgd_tensors, world, tmp_path)
+    for r in range(1, world):
+        assert torch.equal(res[r]["trained"], res[0]["trained"])
+        assert torch.equal(res[r]["bucket_out"], res[0]["bucket_out"])
+    exact = sum(res[r]["bucket_in"] for r in range(world)) / world
+    out = res[0]["bucket_out"]
+    assert torch.equal(out[6000:], exact[6000:])  # the bias went dense: exact for 2 ranks
+    assert torch.allclose(out[:6000], exact[:6000], rtol=1e-4, atol=1e-3)  # a rank-1 sum comes back
+    assert res[0]["saved_states"] and all(n == 2 for n in res[0]["saved_states"])  # Net's two weights
+    # 6 steps, the first dense: each of the 5 others sends P's, Q's and biases,
+    # (300 + 10) 2 + (20 + 300) 2 + 310 floats, a sixth of dense's 9310
+    dense_step = 2 * (world - 1) / world * 4 * sum(p.numel() for p in W.Net().parameters())
+    assert res[0]["bytes"] - dense_step == 5 * 1570 * 4 * 2 * (world - 1) // world
+    for bad in [dict(powersgd_per_tensor=1), dict(layer_min_size=10, powersgd_per_tensor=True)]:
+        with pytest.raises(gccl.GcclInvalidArgument, match="powersgd_per_tensor"):
+            gt.GcclHookState("powersgd", **bad)
+    with pytest.raises(gccl.GcclInvalidArgument, match="powersgd_per_tensor"):
+        gt.GcclHookState("fp16", powersgd_per_tensor=True)
