@@ -60,13 +60,13 @@ static void powersgd_state_destroy(void* state) {
 }
 
 static gcclResult_t powersgd_state_create(const struct codec_spec* s, size_t n, void** state) {
-  struct powersgd_shape want = powersgd_shape_of(s, n);
-  if (want.rows > INT_MAX || want.cols > INT_MAX) /* CBLAS takes int dimensions */
+  struct powersgd_shape sh = powersgd_shape_of(s, n);
+  if (sh.rows > INT_MAX || sh.cols > INT_MAX) /* CBLAS takes int dimensions */
     return err_set(gcclInvalidArgument, "powersgd: a %zu x %zu matrix is beyond CBLAS's int dimensions (cols=%llu)",
-                   want.rows, want.cols, (unsigned long long)s->cols);
+                   sh.rows, sh.cols, (unsigned long long)s->cols);
   struct powersgd_state* st = calloc(1, sizeof *st);
   if (!st) return err_set(gcclSystemError, "powersgd: out of memory for its state");
-  struct powersgd_shape sh = st->shape = powersgd_shape_of(s, n);
+  st->shape = sh;
   gcclResult_t res = arena_alloc((void**)&st->m, sh.rows * sh.cols * sizeof(float));
   if (res == gcclSuccess) res = arena_alloc((void**)&st->p, sh.rows * sh.rank * sizeof(float));
   if (res == gcclSuccess) res = arena_alloc((void**)&st->q, sh.cols * sh.rank * sizeof(float));
