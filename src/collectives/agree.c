@@ -3,10 +3,14 @@
  * NCCL hangs or corrupts memory when ranks disagree on a call; gccl exchanges a
  * small descriptor first, and every rank derives the same verdict from the same
  * table of descriptors, so all return gcclInvalidUsage together and the
- * communicator stays usable. */
+ * communicator stays usable. On transports that agree in band (MPI) only a hash
+ * of the descriptor travels, on the exchange of in_band.c, which a small dense
+ * allreduce's data rides (coll_agree_allreduce); the descriptors follow only
+ * when the hashes differ, to say how. */
 #include <stdio.h>
 #include <string.h>
 
+#include "collectives/in_band.h"
 #include "collectives/prims.h"
 #include "common/dtype.h"
 #include "common/result.h"
@@ -50,24 +54,27 @@ static gcclResult_t check_cross_rank_overlap(const struct coll_desc* d, int nran
   return gcclSuccess;
 }
 
-gcclResult_t coll_agree(struct coll_ctx* ctx, const struct coll_args* a, enum coll_algo algo, uint64_t seq) {
-  struct coll_desc mine = {.kind = a->kind,
-                           .dt = a->dt,
-                           .op = a->op,
-                           .root = a->root,
-                           .algo = algo,
-                           .count = a->count,
-                           .seq = seq,
-                           .send = (uint64_t)(uintptr_t)a->sendbuff,
-                           .recv = (uint64_t)(uintptr_t)a->recvbuff};
-  buffer_bytes(a, ctx->rank, ctx->nranks, &mine.send_bytes, &mine.recv_bytes);
-  if (a->comp) snprintf(mine.spec, sizeof mine.spec, "%s", a->comp->spec_text);
-  struct coll_desc all[ctx->nranks > 0 ? ctx->nranks : 1];
-  GCCL_CHECK(prim_allgather_small(ctx->tp, &mine, sizeof mine, all));
+/* This rank's descriptor of call a. */
+static void describe(const struct coll_ctx* ctx, const struct coll_args* a, enum coll_algo algo, uint64_t seq,
+                     struct coll_desc* d) {
+  memset(d, 0, sizeof *d);
+  d->kind = a->kind;
+  d->dt = a->dt;
+  d->op = a->op;
+  d->root = a->root;
+  d->algo = algo;
+  d->count = a->count;
+  d->seq = seq;
+  d->send = (uint64_t)(uintptr_t)a->sendbuff;
+  d->recv = (uint64_t)(uintptr_t)a->recvbuff;
+  buffer_bytes(a, ctx->rank, ctx->nranks, &d->send_bytes, &d->recv_bytes);
+  if (a->comp) snprintf(d->spec, sizeof d->spec, "%s", a->comp->spec_text);
+}
 
-  /* Compare every rank with rank 0, field by field, in the order a user reads a call. */
+/* Compares every rank with rank 0, field by field, in the order a user reads a call. */
+static gcclResult_t compare(const struct coll_desc* all, int nranks) {
   const struct coll_desc* d0 = &all[0];
-  for (int r = 1; r < ctx->nranks; r++) {
+  for (int r = 1; r < nranks; r++) {
     const struct coll_desc* d = &all[r];
     if (d->kind != d0->kind)
       return err_set(gcclInvalidUsage, "collective mismatch: rank 0 called %s, rank %d called %s",
@@ -93,6 +100,36 @@ gcclResult_t coll_agree(struct coll_ctx* ctx, const struct coll_args* a, enum co
                      "algorithm mismatch in %s: rank 0 chose %s, rank %d chose %s (set GCCL_ALGO alike)", what,
                      algo_name(d0->algo), r, algo_name(d->algo));
   }
+  return gcclSuccess;
+}
+
+/* What compare compares, hashed (a 64-bit multiply-xorshift per word), so that
+ * the hashes differ where it finds a difference. */
+static uint64_t mix(uint64_t h, uint64_t word) {
+  h = (h ^ word) * 0xbf58476d1ce4e5b9ull;
+  return h ^ (h >> 31);
+}
+
+static uint64_t hash_of(const struct coll_args* a, enum coll_algo algo) {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  h = mix(h, (uint64_t)(uint32_t)a->kind | (uint64_t)(uint32_t)a->dt << 32);
+  h = mix(h, (uint64_t)(uint32_t)a->op | (uint64_t)(uint32_t)a->root << 32);
+  h = mix(h, (uint64_t)(uint32_t)algo);
+  h = mix(h, (uint64_t)a->count);
+  const char* spec = a->comp ? a->comp->spec_text : "";
+  for (size_t i = 0, n = strlen(spec); i < n; i += 8) {
+    uint64_t word = 0;
+    memcpy(&word, spec + i, n - i < 8 ? n - i : 8);
+    h = mix(h, word);
+  }
+  return h;
+}
+
+/* Every rank's descriptor, then the verdict; publishes buffer addresses. */
+static gcclResult_t agree_by_allgather(struct coll_ctx* ctx, const struct coll_desc* mine) {
+  struct coll_desc all[ctx->nranks > 0 ? ctx->nranks : 1];
+  GCCL_CHECK(prim_allgather_small(ctx->tp, mine, sizeof *mine, all));
+  GCCL_CHECK(compare(all, ctx->nranks));
   if (ctx->tp->shares_address_space) {
     GCCL_CHECK(check_cross_rank_overlap(all, ctx->nranks));
     for (int r = 0; r < ctx->nranks; r++) {
@@ -101,4 +138,28 @@ gcclResult_t coll_agree(struct coll_ctx* ctx, const struct coll_args* a, enum co
     }
   }
   return gcclSuccess;
+}
+
+/* The hashes in band (with sum's data riding along); only after a mismatch, which
+ * every rank sees alike, the descriptors themselves, to say what differs. */
+static gcclResult_t agree_in_band(struct coll_ctx* ctx, const struct coll_args* a, enum coll_algo algo, uint64_t seq,
+                                  const struct coll_args* sum) {
+  int agreed = 0;
+  GCCL_CHECK(in_band_exchange(ctx, hash_of(a, algo), sum, &agreed));
+  if (agreed) return gcclSuccess;
+  struct coll_desc mine;
+  describe(ctx, a, algo, seq, &mine);
+  GCCL_CHECK(agree_by_allgather(ctx, &mine));
+  return err_set(gcclInvalidUsage, "call mismatch in %s: the ranks' calls differ", coll_kind_name(a->kind));
+}
+
+gcclResult_t coll_agree(struct coll_ctx* ctx, const struct coll_args* a, enum coll_algo algo, uint64_t seq) {
+  if (ctx->tp->agree_in_band) return agree_in_band(ctx, a, algo, seq, NULL);
+  struct coll_desc mine;
+  describe(ctx, a, algo, seq, &mine);
+  return agree_by_allgather(ctx, &mine);
+}
+
+gcclResult_t coll_agree_allreduce(struct coll_ctx* ctx, const struct coll_args* a, uint64_t seq) {
+  return agree_in_band(ctx, a, ALGO_IN_BAND, seq, a);
 }

@@ -28,6 +28,7 @@ enum coll_algo {
   ALGO_SPARSE_SR,
   ALGO_RANDK,
   ALGO_POWERSGD,
+  ALGO_IN_BAND, /* a small dense allreduce riding its own agreement (coll_agree_allreduce) */
   ALGO_COUNT,
   ALGO_AUTO = -1
 };
@@ -130,6 +131,12 @@ void coll_workspace_free(struct coll_ctx* ctx);
  * every rank returns gcclInvalidUsage with the same message naming the first
  * field and ranks that differ. Also publishes buffer addresses into ctx. */
 gcclResult_t coll_agree(struct coll_ctx* ctx, const struct coll_args* args, enum coll_algo algo, uint64_t seq);
+
+/* A dense allreduce of at most IN_BAND_MAX_BYTES (collectives/in_band.h) on a
+ * transport that agrees in band: agreement and data in one exchange, the whole
+ * call (ALGO_IN_BAND). On a mismatch, coll_agree's error and an untouched receive
+ * buffer on every rank. */
+gcclResult_t coll_agree_allreduce(struct coll_ctx* ctx, const struct coll_args* args, uint64_t seq);
 
 /* Runs the collective with the given algorithm (an algorithm the collective does
  * not have is gcclInternalError: the tuner never asks for one). */

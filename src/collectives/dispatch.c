@@ -7,8 +7,9 @@
 #include "common/reduce.h"
 #include "common/result.h"
 
-static const char* const algo_names[ALGO_COUNT] = {"ring",         "rhd",       "tree",      "direct", "hier",    "sra",
-                                                   "ring-requant", "sparse-ag", "sparse-sr", "randk",  "powersgd"};
+static const char* const algo_names[ALGO_COUNT] = {"ring",      "rhd",   "tree",         "direct",
+                                                   "hier",      "sra",   "ring-requant", "sparse-ag",
+                                                   "sparse-sr", "randk", "powersgd",     "in-band"};
 
 const char* algo_name(enum coll_algo algo) {
   return (algo >= 0 && algo < ALGO_COUNT) ? algo_names[algo] : "auto";

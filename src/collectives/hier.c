@@ -273,7 +273,8 @@ static gcclResult_t allreduce_flat(struct coll_ctx* ctx, const struct coll_args*
   size_t bytes = a->count * dtype_size(a->dt);
   enum coll_algo algo =
       a->comp ? tuner_choose_compressed(COLL_ALLREDUCE, &a->comp->spec, a->count, ctx->nranks, ctx->nranks, ALGO_AUTO)
-              : tuner_choose(COLL_ALLREDUCE, bytes, ctx->nranks, ctx->nranks, ctx->tp->shares_address_space, ALGO_AUTO);
+              : tuner_choose(COLL_ALLREDUCE, bytes, ctx->nranks, ctx->nranks,
+                             ctx->tp->shares_address_space ? TUNER_SHARED_ADDRESS : 0u, ALGO_AUTO);
   return coll_run(ctx, &sum, algo);
 }
 

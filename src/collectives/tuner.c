@@ -3,6 +3,7 @@
 
 #include <strings.h>
 
+#include "collectives/in_band.h"
 #include "compress/spec.h"
 
 /* Latency-bound below this many bytes: log p hops beat 2(p-1) ring steps. */
@@ -15,14 +16,22 @@
  * over shared memory) rhd stays ahead on powers of two. */
 #define TUNER_RHD_MAX_BYTES (4u << 20)
 
-enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int local_size, int shares_address_space,
+unsigned tuner_caps(const struct transport* tp) {
+  return (tp->shares_address_space ? TUNER_SHARED_ADDRESS : 0u) | (tp->agree_in_band ? TUNER_IN_BAND : 0u);
+}
+
+enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int local_size, unsigned caps,
                             enum coll_algo forced) {
-  if (forced != ALGO_AUTO && coll_has_algo(kind, forced, shares_address_space)) return forced;
+  int shared = (caps & TUNER_SHARED_ADDRESS) != 0;
+  if (forced != ALGO_AUTO && coll_has_algo(kind, forced, shared)) return forced;
   /* Threads of one process: every rank reads its peers' buffers once, no copies in
    * flight — the fastest path at every size measured (BENCHMARKS.md). */
-  if (shares_address_space) return ALGO_DIRECT;
+  if (shared) return ALGO_DIRECT;
   switch (kind) {
     case COLL_ALLREDUCE: {
+      /* Recursive doubling on the agreement's own messages: one exchange in all
+       * (in_band.c), where the tree would follow an agreement and precede a barrier. */
+      if ((caps & TUNER_IN_BAND) && bytes <= IN_BAND_MAX_BYTES) return ALGO_IN_BAND;
       /* several nodes: only 1/L of the tensor per rank crosses the slow links */
       if (local_size > 1 && local_size < nranks && bytes > TUNER_TREE_MAX_BYTES) return ALGO_HIER;
       if (bytes <= TUNER_TREE_MAX_BYTES) return ALGO_TREE;

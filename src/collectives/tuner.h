@@ -4,10 +4,19 @@
 
 #include "collectives/coll.h"
 
+/* What the transport offers the tuner: bits of tuner_caps. */
+enum {
+  TUNER_SHARED_ADDRESS = 1, /* ranks read each other's buffers: the direct algorithms */
+  TUNER_IN_BAND = 2,        /* a user's call may run as ALGO_IN_BAND (never a call inside another) */
+};
+/* The caps of a user's call on transport tp. */
+unsigned tuner_caps(const struct transport* tp);
+
 /* The algorithm for a call: `forced` (from GCCL_ALGO) when the collective has it,
- * else chosen by size, rank count and topology (local_size ranks per node; pass
- * nranks for one node). Deterministic: the same on every rank. */
-enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int local_size, int shares_address_space,
+ * else chosen by size, rank count, topology (local_size ranks per node; pass
+ * nranks for one node) and the transport's caps. Deterministic: the same on every
+ * rank. */
+enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int local_size, unsigned caps,
                             enum coll_algo forced);
 /* The same for a call with a compressor of spec `spec` on a tensor of `count`
  * elements: by codec, rank count, topology (local_size ranks per node), for fp16

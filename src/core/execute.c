@@ -18,10 +18,28 @@
 static enum coll_algo choose_algo(gcclComm_t comm, const struct coll_args* a) {
   size_t bytes = a->count * dtype_size(a->dt);
   if (!a->comp)
-    return tuner_choose(a->kind, bytes, comm->nranks, comm->ctx.local_size, comm->tp->shares_address_space,
-                        comm->forced_algo);
+    return tuner_choose(a->kind, bytes, comm->nranks, comm->ctx.local_size, tuner_caps(comm->tp), comm->forced_algo);
   return tuner_choose_compressed(a->kind, &a->comp->spec, a->count, comm->nranks, comm->ctx.local_size,
                                  comm->forced_algo);
+}
+
+/* The call after its agreement: the schedule, the closing barrier, the commit. */
+static gcclResult_t run_agreed(gcclComm_t comm, const struct coll_args* a, enum coll_algo algo) {
+  struct transport* tp = comm->tp;
+  gcclResult_t res = coll_run(&comm->ctx, a, algo);
+  /* Step last: a call succeeds on no rank unless it succeeded on all. Without
+   * it a rank that had all it needed returned success while a peer failed
+   * later (a frame found corrupt by its last receiver, a peer that timed out),
+   * its error feedback a step ahead of the failed ranks', which keep theirs to
+   * retry; and after a lost message, ranks that took the next message of the
+   * pair in its place returned wrong sums as success (tests/core/test_faults.cc).
+   * A rank that failed aborts the transport, so the others leave this barrier
+   * with its error. The direct algorithms end in a barrier already. */
+  if (res == gcclSuccess && algo != ALGO_DIRECT) res = tp_barrier(tp);
+  if (res == gcclSuccess && a->comp) res = compressor_commit(a->comp); /* the host's or the GPU twin's residual */
+  /* Peers are mid-collective: a local failure must not leave them waiting. */
+  if (res != gcclSuccess) tp_abort(tp, res);
+  return res;
 }
 
 gcclResult_t execute_collective(gcclComm_t comm, const struct coll_args* call) {
@@ -44,21 +62,15 @@ gcclResult_t execute_collective(gcclComm_t comm, const struct coll_args* call) {
   if (a->comp) a->comp->rank = (uint64_t)comm->rank; /* stochastic rounding: independent draws per rank */
   gcclResult_t res = device_place_residual(a);
   if (res != gcclSuccess) tp_abort(tp, res); /* peers are on their way into the agreement */
-  if (res == gcclSuccess) res = coll_agree(&comm->ctx, call, algo, comm->seq++);
-  if (res == gcclSuccess) {
-    res = coll_run(&comm->ctx, a, algo);
-    /* Step last: a call succeeds on no rank unless it succeeded on all. Without
-     * it a rank that had all it needed returned success while a peer failed
-     * later (a frame found corrupt by its last receiver, a peer that timed out),
-     * its error feedback a step ahead of the failed ranks', which keep theirs to
-     * retry; and after a lost message, ranks that took the next message of the
-     * pair in its place returned wrong sums as success (tests/core/test_faults.cc).
-     * A rank that failed aborts the transport, so the others leave this barrier
-     * with its error. The direct algorithms end in a barrier already. */
-    if (res == gcclSuccess && algo != ALGO_DIRECT) res = tp_barrier(tp);
-    if (res == gcclSuccess && a->comp) res = compressor_commit(a->comp); /* the host's or the GPU twin's residual */
-    /* Peers are mid-collective: a local failure must not leave them waiting. */
-    if (res != gcclSuccess) tp_abort(tp, res);
+  if (res == gcclSuccess && algo == ALGO_IN_BAND) {
+    /* Agreement, data and verdict in one exchange, on a transport that delivers
+     * what it was given: all or nothing without a barrier (in_band.c). A
+     * mismatch leaves the communicator usable, as coll_agree's does. */
+    res = coll_agree_allreduce(&comm->ctx, a, comm->seq++);
+    if (res != gcclSuccess && res != gcclInvalidUsage) tp_abort(tp, res);
+  } else if (res == gcclSuccess) {
+    res = coll_agree(&comm->ctx, call, algo, comm->seq++);
+    if (res == gcclSuccess) res = run_agreed(comm, a, algo);
   }
   if (res != gcclSuccess) {
     if (a->comp) compressor_abort(a->comp); /* the residual stays as it was */

@@ -41,6 +41,15 @@
  * node MPI copies through shared memory inside the polls themselves, and napping
  * cost up to a third of the busbw (BENCHMARKS.md): there waits spin for 1 s. */
 #define MT_SPIN_US_DEFAULT 100
+/* The first polls of a wait neither read the clock nor give the core away: a
+ * small message on its way arrives within them, and a yield at once added a trip
+ * through the scheduler to every step of a small allreduce (2.5x MPI_Allreduce's
+ * time at 8 bytes, np 2; BENCHMARKS.md). A poll that finds nothing takes about
+ * 50 ns, so this is some tens of microseconds. */
+#define MT_BUSY_POLLS 1000u
+/* How often asking whether the transport broke also polls for a peer's control
+ * message (mt_broken; by the coarse clock, whose tick is a few ms). */
+#define MT_CONTROL_POLL_NS 1000000
 #define MT_SPIN_US_ONE_NODE 1000000
 #define MT_NAP_NS 50000L /* 50 us */
 /* How long cancel_all and destroy give withdrawn requests to settle (never more
@@ -157,16 +166,25 @@ static gcclResult_t time_out(struct mpi_tp* t, const char* fmt, ...) {
   return res;
 }
 
-/* One round of a loop that waits for something started at start_ns: gcclRemoteError
- * once the transport is broken (by a peer's control message too), gcclTimeout
- * (nothing recorded: the caller says what it waited for) past the timeout;
- * otherwise gives the core away for a moment. */
-static gcclResult_t poll_step(struct mpi_tp* t, int64_t start_ns) {
+/* A wait in progress: its polls, and when it started to give the core away. */
+struct mt_waiting {
+  unsigned polls;
+  int64_t start_ns;
+};
+
+/* One round of a loop that waits: gcclRemoteError once the transport is broken
+ * (by a peer's control message too), gcclTimeout (nothing recorded: the caller
+ * says what it waited for) past the timeout; otherwise, after the first
+ * MT_BUSY_POLLS, gives the core away for a moment. */
+static gcclResult_t poll_step(struct mpi_tp* t, struct mt_waiting* w) {
   mpi_lanes_poll(t);
-  control_poll(t);
   notify_peers(t); /* below MPI_THREAD_MULTIPLE an abort leaves it to this thread */
   if (tp_break_reason(&t->brk) != gcclSuccess) return fail_broken(t);
-  return deadline_pause(start_ns, clock_now_ns(), t->timeout_ns, t->spin_ns, MT_NAP_NS);
+  if (++w->polls < MT_BUSY_POLLS) return gcclSuccess;
+  int64_t now = clock_now_ns();
+  if (w->polls == MT_BUSY_POLLS) w->start_ns = now;
+  control_poll(t);
+  return deadline_pause(w->start_ns, now, t->timeout_ns, t->spin_ns, MT_NAP_NS);
 }
 
 /* ---- transport operations -------------------------------------------------------- */
@@ -191,7 +209,7 @@ static gcclResult_t mt_wait(struct transport* tp, tp_req h) {
     if (tp_break_reason(&t->brk) != gcclSuccess) return fail_broken(t);
     return err_set(gcclInternalError, "MPI transport: wait on request %d, which is not pending", h);
   }
-  int64_t start = clock_now_ns();
+  struct mt_waiting w = {0, 0};
   for (;;) {
     mpi_lanes_advance(t, h);
     struct mt_req* r = &t->pool[h];
@@ -201,7 +219,7 @@ static gcclResult_t mt_wait(struct transport* tp, tp_req h) {
       if (res != gcclSuccess && tp_break_reason(&t->brk) == gcclSuccess) mpi_tp_fail(t, res);
       return res;
     }
-    gcclResult_t res = poll_step(t, start);
+    gcclResult_t res = poll_step(t, &w);
     if (res == gcclTimeout) {
       r = &t->pool[h];
       if (r->is_send) return time_out(t, "rank %d to receive its message", r->peer);
@@ -213,13 +231,13 @@ static gcclResult_t mt_wait(struct transport* tp, tp_req h) {
 
 /* Waits for the non-blocking collective in coll_req. */
 static gcclResult_t wait_collective(struct mpi_tp* t, const char* name) {
-  int64_t start = clock_now_ns();
+  struct mt_waiting w = {0, 0};
   for (;;) {
     int flag = 0;
     int rc = MPI_Test(&t->coll_req, &flag, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return mpi_tp_fail_mpi(t, rc, name);
     if (flag) return gcclSuccess;
-    gcclResult_t res = poll_step(t, start);
+    gcclResult_t res = poll_step(t, &w);
     if (res == gcclTimeout) return time_out(t, "every rank to join %s", name);
     if (res != gcclSuccess) return res;
   }
@@ -308,7 +326,14 @@ static void mt_abort(struct transport* tp, gcclResult_t reason) {
  * watchdog asking gcclCommGetAsyncError): only the flag is read then. */
 static gcclResult_t mt_broken(struct transport* tp) {
   struct mpi_tp* t = mt(tp);
-  if (t->thread_level >= MPI_THREAD_MULTIPLE) control_poll(t);
+  if (t->thread_level >= MPI_THREAD_MULTIPLE) {
+    /* Every call asks this twice: its MPI_Test would drive MPI's progress, which
+     * yields the core when the node is oversubscribed (small allreduces took 2x
+     * as long). A watchdog polling for async errors is served within MT_CONTROL_POLL_NS. */
+    int64_t now = clock_coarse_ns(), last = atomic_load(&t->control_polled_ns);
+    if (now - last >= MT_CONTROL_POLL_NS && atomic_compare_exchange_strong(&t->control_polled_ns, &last, now))
+      control_poll(t);
+  }
   return tp_break_reason(&t->brk);
 }
 
@@ -435,6 +460,7 @@ gcclResult_t mpi_transport_create(struct transport** out, MPI_Comm comm, uint64_
   t->base.nranks = nranks;
   t->base.shares_address_space = 0;
   t->base.caller_thread_only = thread_level < MPI_THREAD_MULTIPLE;
+  t->base.agree_in_band = 1;
   *out = &t->base;
   return gcclSuccess;
 }

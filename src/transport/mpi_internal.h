@@ -71,7 +71,8 @@ struct mpi_tp {
   atomic_int notify_due; /* broken here: the peers are still to be told */
   atomic_int aborted;    /* broken by the abort operation */
 
-  pthread_mutex_t ctl_mu; /* the control messages: polled from several threads */
+  pthread_mutex_t ctl_mu;            /* the control messages: polled from several threads */
+  _Atomic int64_t control_polled_ns; /* when the broken operation last polled them */
   struct mt_control ctl_in;
   MPI_Request ctl_recv;
   struct mt_control ctl_out;

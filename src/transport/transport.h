@@ -70,6 +70,12 @@ struct transport {
    * initialised below MPI_THREAD_MULTIPLE): streams and groups, which run
    * collectives on gccl's worker threads, are refused. */
   int caller_thread_only;
+  /* Non-zero when a collective of the library below costs a round of its own on
+   * top of point-to-point messages (MPI): step 0 of a call, the agreement, then
+   * travels on point-to-point messages, and a small dense allreduce's data rides
+   * with it (collectives/in_band.c). Also a promise that a message, once posted,
+   * arrives: such a call ends without a closing barrier. */
+  int agree_in_band;
 };
 
 /* The operations, called through these and nowhere else outside src/transport

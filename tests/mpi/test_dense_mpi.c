@@ -272,11 +272,61 @@ static void allreduce_cases(const char* algo) {
       for (int c = 0; c < ncounts; c++)
         for (int in_place = 0; in_place < 2; in_place++) check_allreduce(comm, dtypes[d], ops[o], counts[c], in_place);
     }
+  /* The in-band allreduce (the tuner's choice up to 64 KiB over MPI) at its
+   * edges: 240 and 256 bytes (data beside the block, data apart), 2 KiB and past
+   * it (doubling, halving with 4 ranks and more), 4000 bytes and past (halving
+   * with 2), 64 KiB and one element more (the usual path). */
+  if (!algo && !quick) {
+    const size_t edges[] = {60, 64, 65, 512, 513, 999, 1001, 1024, 16383, 16384, 16385};
+    for (size_t e = 0; e < sizeof edges / sizeof edges[0]; e++) {
+      check_allreduce(comm, gcclFloat32, gcclSum, edges[e], (int)(e % 2));
+      check_allreduce(comm, gcclFloat64, gcclMax, edges[e] / 2, 0);
+      check_allreduce(comm, gcclBfloat16, gcclSum, edges[e] * 2, 1);
+      check_allreduce(comm, gcclInt32, gcclAvg, edges[e], 0);
+    }
+  }
   /* Large enough for every algorithm's pipelined steps and the tuner's large-message path. */
   if (!quick) {
     check_allreduce(comm, gcclFloat32, gcclSum, 300007, 0);
     check_allreduce(comm, gcclInt32, gcclMax, 1 << 20, 1);
   }
+  MC_OK(gcclCommDestroy(comm), NULL);
+}
+
+/* Values whose sums round (not integers): every rank must still get the same
+ * bits, whichever operand order its steps took. Up to the in-band path's 64 KiB,
+ * fp32, bf16 and fp16 (which round at every partial sum). */
+static void identical_across_ranks(void) {
+  gcclComm_t comm = mc_comm(MPI_COMM_WORLD);
+  if (!comm) return;
+  const size_t counts_rounding[] = {3, 64, 1000, 16384};
+  const gcclDataType_t types[] = {gcclFloat32, gcclBfloat16, gcclFloat16};
+  for (size_t c = 0; c < sizeof counts_rounding / sizeof *counts_rounding; c++)
+    for (size_t t = 0; t < 3; t++) {
+      size_t n = counts_rounding[c], sz = dt_size(types[t]);
+      float* src = alloc_bytes(n * sizeof(float));
+      unsigned char* buf = alloc_bytes(n * sz);
+      unsigned char* first = alloc_bytes(n * sz);
+      for (size_t i = 0; i < n; i++) src[i] = 1.0f / (float)(3 + (i * 7 + (size_t)mc_rank * 13) % 101);
+      for (size_t i = 0; i < n; i++) {
+        if (sz == 4) {
+          memcpy(buf + 4 * i, &src[i], 4);
+        } else {
+          uint32_t bits;
+          memcpy(&bits, &src[i], 4);
+          uint16_t h = types[t] == gcclBfloat16 ? (uint16_t)(bits >> 16) : (uint16_t)(0x3000 + (bits >> 13 & 0x3ff));
+          memcpy(buf + 2 * i, &h, 2);
+        }
+      }
+      MC_OK(gcclAllReduce(buf, buf, n, types[t], gcclSum, comm, NULL), comm);
+      if (mc_rank == 0) memcpy(first, buf, n * sz);
+      MPI_Bcast(first, (int)(n * sz), MPI_BYTE, 0, MPI_COMM_WORLD);
+      MC_CHECK(!memcmp(first, buf, n * sz), "count %zu datatype %d: rank %d's sums differ from rank 0's", n,
+               (int)types[t], mc_rank);
+      free(src);
+      free(buf);
+      free(first);
+    }
   MC_OK(gcclCommDestroy(comm), NULL);
 }
 
@@ -328,6 +378,7 @@ int main(int argc, char** argv) {
   for (int a = 0; a < 4; a++)
     if (!quick || a < 2) allreduce_cases(algos[a]);
   other_collective_cases();
+  identical_across_ranks();
   if (large) large_cases();
   return mc_finish("test_dense_mpi");
 }

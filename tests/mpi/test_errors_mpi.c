@@ -126,8 +126,8 @@ static void check_mismatches(void) {
   if (mc_nranks < 2) return;
   gcclComm_t comm = mc_comm(MPI_COMM_WORLD);
   if (!comm) return;
-  float* a = calloc(4 * N, sizeof *a);
-  float* b = calloc(4 * N, sizeof *b);
+  float* a = calloc(100 * N, sizeof *a);
+  float* b = calloc(100 * N, sizeof *b);
   int odd = mc_rank == mc_nranks - 1; /* the rank that disagrees */
 
   expect_mismatch(comm, gcclAllReduce(a, b, odd ? N + 1 : N, gcclFloat32, gcclSum, comm, NULL), "count", __LINE__);
@@ -139,6 +139,22 @@ static void check_mismatches(void) {
       comm,
       odd ? gcclAllGather(a, b, N, gcclFloat32, comm, NULL) : gcclAllReduce(a, b, N, gcclFloat32, gcclSum, comm, NULL),
       "collective", __LINE__);
+
+  /* Small allreduces agree in band (collectives/in_band.c): one rank's data
+   * apart from its block (64 floats), halved (600), or on the usual path
+   * (100000), against 10 floats inline; an allreduce against a broadcast. The
+   * receive buffer keeps what it held. */
+  const size_t odd_counts[] = {64, 600, 100 * N};
+  for (int k = 0; k < 3; k++) {
+    for (size_t i = 0; i < 4 * N; i++) b[i] = -1;
+    expect_mismatch(comm, gcclAllReduce(a, b, odd ? odd_counts[k] : 10, gcclFloat32, gcclSum, comm, NULL), "count",
+                    __LINE__);
+    MC_CHECK(b[0] == -1 && b[9] == -1, "a mismatched allreduce wrote its receive buffer (count %zu)", odd_counts[k]);
+  }
+  expect_mismatch(comm,
+                  odd ? gcclBroadcast(a, b, 10, gcclFloat32, 0, comm, NULL)
+                      : gcclAllReduce(a, b, 10, gcclFloat32, gcclSum, comm, NULL),
+                  "collective", __LINE__);
 
   gcclCompressor_t c = NULL;
   MC_OK(gcclCompressorCreate(&c, odd ? "topk:ratio=0.2" : "topk:ratio=0.1", N, gcclFloat32), NULL);

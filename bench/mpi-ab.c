@@ -1,0 +1,150 @@
+/* mpi-ab.c — float sum allreduce, Open MPI against gccl, in alternated blocks of
+ * calls within one run: the comparison this machine's noise allows (its speed
+ * drifts by 2-3x within minutes, so rows timed one after another can mislead).
+ *
+ *   mpirun -np 4 mpi-ab gccl [-b 4 -e 64M -f 2 -r 11]
+ *   mpirun -np 4 -x LD_PRELOAD=.../libgccl-mpi-preload.so mpi-ab interposer
+ *
+ * Per size, -r rounds; each round times a block of MPI's own allreduce
+ * (PMPI_Allreduce, which no interposer sees) and a block of the other side:
+ *   gccl        gcclAllReduce over gcclCommInitMpi(MPI_COMM_WORLD);
+ *   interposer  MPI_Allreduce, which libgccl-mpi-preload.so takes when preloaded
+ *               (GCCL_COMPRESS decides what it does with it).
+ * A block runs enough calls for about 2 ms (the count set from a first call and
+ * agreed by all ranks); its time is the slowest rank's. Printed per size: the
+ * median time per call of each side over the rounds, and the median of the
+ * rounds' ratios other/MPI (> 1: slower than MPI). Inputs are small integers,
+ * so every sum is exact: each side's result is checked against the other's. */
+#define _POSIX_C_SOURCE 200809L
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gccl.h"
+#include "gccl_mpi.h"
+
+#define CHECK(what, cond)                           \
+  do {                                              \
+    if (!(cond)) {                                  \
+      fprintf(stderr, "mpi-ab: %s failed\n", what); \
+      MPI_Abort(MPI_COMM_WORLD, 1);                 \
+    }                                               \
+  } while (0)
+
+enum side { SIDE_GCCL, SIDE_INTERPOSER };
+
+struct run {
+  enum side side;
+  gcclComm_t comm; /* SIDE_GCCL */
+  float *send, *want, *got;
+};
+
+static size_t parse_size(const char* s) {
+  char* end = NULL;
+  double v = strtod(s, &end);
+  if (*end == 'K' || *end == 'k') v *= 1024;
+  if (*end == 'M' || *end == 'm') v *= 1024 * 1024;
+  if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024 * 1024;
+  return (size_t)v;
+}
+
+static int compare(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double* v, int n) {
+  qsort(v, (size_t)n, sizeof *v, compare);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void other_allreduce(struct run* r, float* out, size_t count) {
+  if (r->side == SIDE_GCCL)
+    CHECK("gcclAllReduce", gcclAllReduce(r->send, out, count, gcclFloat32, gcclSum, r->comm, NULL) == gcclSuccess);
+  else
+    CHECK("MPI_Allreduce", MPI_Allreduce(r->send, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS);
+}
+
+static void mpi_allreduce(struct run* r, float* out, size_t count) {
+  CHECK("PMPI_Allreduce", PMPI_Allreduce(r->send, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS);
+}
+
+/* Seconds per call of `calls` calls, the slowest rank's. */
+static double time_block(struct run* r, int other, size_t count, int calls) {
+  PMPI_Barrier(MPI_COMM_WORLD);
+  double t0 = MPI_Wtime();
+  for (int i = 0; i < calls; i++) {
+    if (other)
+      other_allreduce(r, r->got, count);
+    else
+      mpi_allreduce(r, r->want, count);
+  }
+  double t = (MPI_Wtime() - t0) / calls, slowest = 0;
+  PMPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return slowest;
+}
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0, nranks = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  struct run r = {0};
+  size_t min_bytes = 4, max_bytes = 64 << 10;
+  double factor = 2;
+  int rounds = 11;
+  if (argc < 2 || (strcmp(argv[1], "gccl") && strcmp(argv[1], "interposer"))) {
+    if (rank == 0) fprintf(stderr, "usage: mpi-ab gccl|interposer [-b MIN] [-e MAX] [-f FACTOR] [-r ROUNDS]\n");
+    MPI_Finalize();
+    return 2;
+  }
+  r.side = strcmp(argv[1], "gccl") ? SIDE_INTERPOSER : SIDE_GCCL;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "-b")) min_bytes = parse_size(argv[i + 1]);
+    if (!strcmp(argv[i], "-e")) max_bytes = parse_size(argv[i + 1]);
+    if (!strcmp(argv[i], "-f")) factor = atof(argv[i + 1]);
+    if (!strcmp(argv[i], "-r")) rounds = atoi(argv[i + 1]);
+  }
+  CHECK("the arguments", min_bytes >= 4 && max_bytes >= min_bytes && factor > 1 && rounds >= 1 && rounds <= 101);
+  if (r.side == SIDE_GCCL) CHECK("gcclCommInitMpi", gcclCommInitMpi(&r.comm, MPI_COMM_WORLD) == gcclSuccess);
+  size_t max_count = max_bytes / 4;
+  r.send = malloc(max_count * sizeof(float));
+  r.want = malloc(max_count * sizeof(float));
+  r.got = malloc(max_count * sizeof(float));
+  CHECK("malloc", r.send && r.want && r.got);
+  for (size_t i = 0; i < max_count; i++) r.send[i] = (float)((i * 7 + (size_t)rank * 3) % 17);
+  if (rank == 0)
+    printf(
+        "# mpi-ab %s: float sum allreduce, %d ranks, %d alternated rounds per size; us per call (medians)\n"
+        "# %10s %12s %12s %8s\n",
+        argv[1], nranks, rounds, "bytes", "MPI", argv[1], "x MPI");
+  double mpi_t[101], other_t[101], ratio[101];
+  for (double b = (double)min_bytes; b <= (double)max_bytes * 1.0001; b *= factor) {
+    size_t count = (size_t)b / 4;
+    /* Calls per block: about 2 ms of MPI's allreduce, as rank 0 timed its first call. */
+    mpi_allreduce(&r, r.want, count);
+    int calls = (int)(2e-3 / (time_block(&r, 0, count, 1) + 1e-9));
+    calls = calls < 1 ? 1 : calls > 2000 ? 2000 : calls;
+    PMPI_Bcast(&calls, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    other_allreduce(&r, r.got, count); /* warm-up; also builds the interposer's communicator */
+    for (int k = 0; k < rounds; k++) {
+      mpi_t[k] = time_block(&r, 0, count, calls);
+      other_t[k] = time_block(&r, 1, count, calls);
+      ratio[k] = other_t[k] / mpi_t[k];
+    }
+    int same = !memcmp(r.want, r.got, count * sizeof(float)), all_same = 0;
+    PMPI_Allreduce(&same, &all_same, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (rank == 0)
+      printf("  %10zu %12.2f %12.2f %8.2f%s\n", count * 4, median(mpi_t, rounds) * 1e6, median(other_t, rounds) * 1e6,
+             median(ratio, rounds), all_same ? "" : "  WRONG RESULT");
+    fflush(stdout);
+  }
+  if (r.comm) gcclCommDestroy(r.comm);
+  free(r.send);
+  free(r.want);
+  free(r.got);
+  MPI_Finalize();
+  return 0;
+}
