@@ -74,6 +74,10 @@ static void measure_reduce(void) {
   free(b);
 }
 
+int cost_model_link_from_env(void) {
+  return env_positive("GCCL_SIM_LINK_GBPS") > 0.0 || env_positive("GCCL_LINK_GBPS") > 0.0;
+}
+
 void cost_model_init(struct cost_model* m, int nranks, int local_size) {
   memset(m, 0, sizeof *m);
   m->nranks = nranks;
@@ -235,10 +239,10 @@ struct call_terms {
   int p, nodes, L;
   struct cost_link flat; /* the link a flat algorithm is bound by: inter-node when there are several nodes */
   struct cost_link intra, inter;
-  double n;       /* dense bytes of the tensor */
-  double m;       /* elements */
-  double gr;      /* dense reduction, s/byte */
-  double e, d, w; /* codec: encode s/elem, decode-accumulate s/elem, wire bytes/elem */
+  double n;                                /* dense bytes of the tensor */
+  double m;                                /* elements */
+  double gr;                               /* dense reduction, s/byte */
+  double e, d, w;                          /* codec: encode s/elem, decode-accumulate s/elem, wire bytes/elem */
   double lowrank_p_bytes, lowrank_q_bytes; /* powersgd: its factors' bytes for this call */
 };
 

@@ -12,7 +12,8 @@
  * Links (read by cost_model_init):
  *   inter-node: GCCL_SIM_LINK_GBPS / GCCL_SIM_LINK_US when set (the link model of
  *   the local transport), else GCCL_LINK_GBPS / GCCL_LINK_US (a real network the
- *   user describes), else 10 Gbit/s and 20 µs;
+ *   user describes), else 10 Gbit/s and 20 µs, which an MPI communicator replaces
+ *   with what it measures at creation (core/link_probe.c);
  *   intra-node: 10 GB/s and 1 µs (memory copies between threads or processes).
  * Values are decimal numbers (Gbit/s, microseconds); a malformed or non-positive
  * one is reported (WARN) and the next source is used.
@@ -20,8 +21,8 @@
  * Every rank must reach the same decision, so every input must be equal on every
  * rank: the environment (read per rank) and the measured rates. Thread ranks share
  * the process and so its one measurement. Ranks in separate processes (the MPI
- * transport) measure differently: there rank 0's cost_codec and reduce rate must
- * be broadcast at communicator creation before any decision is taken. */
+ * transport) measure differently: there rank 0's link, cost_codec and reduce rate
+ * reach every rank at communicator creation (dropin_measure). */
 #ifndef GCCL_COLLECTIVES_COST_MODEL_H
 #define GCCL_COLLECTIVES_COST_MODEL_H
 
@@ -52,6 +53,10 @@ struct cost_codec {
 /* Fills *m for nranks ranks, local_size per node: links from the environment and
  * the dense reduction rate (measured on the first call in the process). */
 void cost_model_init(struct cost_model* m, int nranks, int local_size);
+
+/* Whether the environment names the link between nodes (GCCL_SIM_LINK_GBPS or
+ * GCCL_LINK_GBPS): then it is not measured (dropin_measure). */
+int cost_model_link_from_env(void);
 
 /* The rates of the spec whose canonical text is spec_text (one that a compressor
  * of fp32 accepts: the drop-in's, checked when it was made), measured on the

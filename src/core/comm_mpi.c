@@ -9,6 +9,7 @@
 #include "common/result.h"
 #include "core/argcheck.h"
 #include "core/comm.h"
+#include "core/dropin.h"
 #include "gccl_mpi.h"
 #include "transport/mpi.h"
 #include "transport/sim.h"
@@ -77,13 +78,16 @@ struct setup_report {
   int32_t result;       /* gcclResult_t of this rank's setup */
   int32_t local_size;   /* ranks per node (GCCL_RANKS_PER_NODE): hier's nodes and the scratch size follow it */
   uint64_t chunk_bytes; /* GCCL_MPI_CHUNK_BYTES: must agree, or messages split differently */
+  int32_t measures;     /* GCCL_COMPRESS=auto: (dropin_measures): all ranks time the link, or none */
+  int32_t pad;
 };
 
 /* Every rank learns whether all ranks succeeded, so that they fail together
  * instead of leaving the others waiting on a communicator that one lacks, and
  * that the settings every rank must share agree. */
-static gcclResult_t setup_agree(MPI_Comm comm, int nranks, gcclResult_t mine, int local_size, uint64_t chunk_bytes) {
-  struct setup_report me = {.result = mine, .local_size = local_size, .chunk_bytes = chunk_bytes};
+static gcclResult_t setup_agree(MPI_Comm comm, int nranks, gcclResult_t mine, const struct setup_report* settings) {
+  struct setup_report me = *settings;
+  me.result = mine;
   struct setup_report* all = malloc((size_t)nranks * sizeof *all);
   if (!all) return err_set(gcclSystemError, "gcclCommInitMpi: out of memory for %d ranks", nranks);
   int rc = MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, comm);
@@ -102,6 +106,10 @@ static gcclResult_t setup_agree(MPI_Comm comm, int nranks, gcclResult_t mine, in
                     "gcclCommInitMpi: the ranks per node differ between ranks (GCCL_RANKS_PER_NODE): rank 0 has %d, "
                     "rank %d has %d",
                     (int)all[0].local_size, r, (int)all[r].local_size);
+    else if (all[r].measures != all[0].measures)
+      res =
+          err_set(gcclInvalidUsage, "gcclCommInitMpi: GCCL_COMPRESS differs between ranks: rank 0 %s auto:, rank %d %s",
+                  all[0].measures ? "uses" : "does not use", r, all[r].measures ? "does" : "does not");
   }
   free(all);
   return res;
@@ -144,17 +152,25 @@ gcclResult_t gcclCommInitMpi(gcclComm_t* comm, MPI_Comm mpiComm) {
     log_set_rank(rank);
     res = mpi_transport_create(&c->tp, dup, comm_id, c->timeout_ms, level, node_size == nranks);
   }
-  uint64_t chunk_bytes = res == gcclSuccess ? mpi_transport_chunk_bytes(c->tp) : 0;
-  if (res == gcclSuccess) res = comm_faults_install(c);
-  gcclResult_t all = setup_agree(dup, nranks, res, c ? c->ctx.local_size : 0, chunk_bytes);
+  struct setup_report settings = {0};
+  if (res == gcclSuccess) {
+    settings = (struct setup_report){.local_size = c->ctx.local_size,
+                                     .chunk_bytes = mpi_transport_chunk_bytes(c->tp),
+                                     .measures = dropin_measures(c)};
+    res = comm_faults_install(c);
+  }
+  gcclResult_t all = setup_agree(dup, nranks, res, &settings);
   if (res == gcclSuccess) res = all;
+  if (res == gcclSuccess) {
+    c->ctx.tp = c->tp;
+    res = dropin_measure(c); /* on every rank, or (setup_agree) on none */
+  }
   if (res != gcclSuccess) {
     int owned = c && c->tp; /* the transport frees the duplicate */
     if (c) comm_free(c);
     if (!owned) MPI_Comm_free(&dup);
     return res;
   }
-  c->ctx.tp = c->tp;
   struct sim_config sim;
   if (sim_config_from_env(&sim, c->ctx.local_size))
     GCCL_WARN("GCCL_SIM_LINK_* ignored: the link model serves thread ranks; MPI ranks use the real network");

@@ -15,6 +15,8 @@
 #include "common/result.h"
 #include "compress/compressor.h"
 #include "core/comm.h"
+#include "core/link_probe.h"
+#include "transport/transport.h"
 
 struct dropin_entry {
   const void* buf; /* the key: send buffer, count, datatype */
@@ -111,9 +113,16 @@ static const char* dense_reason(const struct dropin* d, const struct coll_args* 
 }
 
 /* auto:SPEC — whether the model predicts the compressed call faster than the best
- * dense one. Every input is equal on every rank (cost_model.h). */
+ * dense one. Every input is equal on every rank (cost_model.h). Never within one
+ * node: nothing crosses a slow link there, and compressing cost 1.23-1.29x at
+ * 64-128 KiB on shared memory (issue 30). */
 static int model_says_compress(const struct dropin* d, gcclComm_t comm, const struct coll_args* a) {
   size_t es = dtype_size(a->dt), bytes = a->count * es;
+  if (comm->ctx.local_size >= comm->nranks || comm->tp->shares_address_space) {
+    GCCL_INFO(LOG_TUNING, "AllReduce drop-in auto: %zu bytes %s: every rank on one node: stay dense", bytes,
+              dtype_name(a->dt));
+    return 0;
+  }
   enum coll_algo calgo = tuner_choose_compressed(COLL_ALLREDUCE, &d->spec, a->count, comm->nranks, comm->ctx.local_size,
                                                  comm->forced_algo);
   enum coll_algo dalgo;
@@ -124,6 +133,45 @@ static int model_says_compress(const struct dropin* d, gcclComm_t comm, const st
             dtype_name(a->dt), algo_name(calgo), d->spec_text, comp * 1e3, algo_name(dalgo), dense * 1e3,
             compress ? "compress" : "stay dense");
   return compress;
+}
+
+/* ---- auto: rank 0's figures ------------------------------------------------------------ */
+
+/* What every rank's model takes from rank 0. */
+struct dropin_figures {
+  struct cost_link inter;
+  struct cost_codec rates;
+  double reduce_s_per_byte;
+  int32_t measured; /* the link was timed, not named by the environment */
+  int32_t pad;
+};
+_Static_assert(sizeof(struct dropin_figures) <= TP_SMALL_MAX, "rank 0's figures travel by allgather_small");
+
+int dropin_measures(gcclComm_t comm) {
+  return comm->dropin && comm->dropin->auto_mode;
+}
+
+gcclResult_t dropin_measure(gcclComm_t comm) {
+  struct dropin* d = comm->dropin;
+  if (!dropin_measures(comm)) return gcclSuccess;
+  struct dropin_figures mine = {d->model.inter, d->rates, d->model.reduce_s_per_byte, 0, 0};
+  int spans_nodes = comm->ctx.local_size < comm->nranks;
+  if (spans_nodes && !cost_model_link_from_env()) {
+    GCCL_CHECK(link_probe(comm, &mine.inter));
+    mine.measured = 1;
+  }
+  struct dropin_figures all[comm->nranks];
+  GCCL_CHECK(tp_allgather_small(comm->tp, &mine, sizeof mine, all));
+  d->model.inter = all[0].inter;
+  d->model.reduce_s_per_byte = all[0].reduce_s_per_byte;
+  d->rates = all[0].rates;
+  if (spans_nodes)
+    GCCL_INFO(LOG_INIT, "GCCL_COMPRESS=auto:%s: the link between nodes %s %.3g Gbit/s, %.3g us (rank 0's figures)",
+              d->spec_text, all[0].measured ? "measured at" : "set by the environment to", 8e-9 / d->model.inter.beta,
+              d->model.inter.alpha * 1e6);
+  else
+    GCCL_INFO(LOG_INIT, "GCCL_COMPRESS=auto:%s: every rank on one node: calls stay dense", d->spec_text);
+  return gcclSuccess;
 }
 
 /* ---- the table --------------------------------------------------------------------- */

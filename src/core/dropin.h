@@ -69,6 +69,16 @@ struct dropin_stats {
 gcclResult_t dropin_create(struct dropin** out, int nranks, int local_size);
 void dropin_destroy(struct dropin* d);
 
+/* Whether dropin_measure has work on comm (GCCL_COMPRESS=auto:SPEC): every rank
+ * of an MPI communicator must agree before any calls it. */
+int dropin_measures(gcclComm_t comm);
+/* auto:SPEC on a communicator of processes, once its transport works, on every
+ * rank: times the link between nodes (core/link_probe.h) unless the environment
+ * names it, and gives every rank rank 0's link, codec and reduction figures, so
+ * that all decide alike. Nothing to do when the drop-in is off or not auto.
+ * Errors: the transport's. */
+gcclResult_t dropin_measure(gcclComm_t comm);
+
 /* For a plain allreduce `a` on comm, whose arguments passed the collective's
  * checks: sets *comp to the compressor of its table entry when the call is to run
  * compressed, else NULL. Errors: making a compressor failed. */

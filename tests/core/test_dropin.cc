@@ -457,6 +457,23 @@ TEST(DropIn, AutoCompressesOnlyWhereTheModelPredictsAGain) {
   }
 }
 
+// Thread ranks share one host whatever GCCL_RANKS_PER_NODE says: without the link
+// model nothing crosses a slow link, so auto: stays dense even on a link named
+// 0.1 Gbit/s; the same spec without auto: compresses.
+TEST(DropIn, AutoNeverCompressesWithinANode) {
+  const int p = 2;
+  const size_t count = size_t{1} << 18;
+  for (const char* spec : {"auto:fp16", "fp16"}) {
+    SCOPED_TRACE(spec);
+    Comms comms(p, {{"GCCL_COMPRESS", spec}, {"GCCL_RANKS_PER_NODE", "1"}, {"GCCL_LINK_GBPS", "0.1"}});
+    ASSERT_EQ(comms.init(), gcclSuccess);
+    auto out = AllReduce(comms, gcclFloat32, gcclSum, count, 7);
+    ExpectSameOnEveryRank(out);
+    bool explicit_spec = spec[0] != 'a';
+    for (int r = 0; r < p; ++r) EXPECT_EQ(comms.Stats(r).compressed, explicit_spec ? 1u : 0u) << "rank " << r;
+  }
+}
+
 // auto:powersgd, whose codec has no frames to time: its steps are measured instead,
 // and the call compresses on the slow link only.
 TEST(DropIn, AutoPowerSgdCompressesOnlyOnTheSlowLink) {
@@ -557,7 +574,7 @@ TEST(CostModel, CompressionPaysOnSlowLinksOnly) {
 TEST(CostModel, PowerSgdIsItsProductsAndTwoRingsOfFactors) {
   codec_spec spec;
   ASSERT_EQ(spec_parse("powersgd:rank=4", &spec), gcclSuccess);
-  cost_codec c = {2e-9, 0.0, 0.0};  // 2 ns per element for the three steps
+  cost_codec c = {2e-9, 0.0, 0.0};        // 2 ns per element for the three steps
   const size_t count = size_t{25} << 20;  // 100 MiB of fp32: 5120 x 5120
   cost_model m = ModelWith(8, 1, {{"GCCL_SIM_LINK_GBPS", "1"}});
   double factor = 5120.0 * 4 * 4;  // bytes of P, and of Q
