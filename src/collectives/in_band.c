@@ -9,12 +9,13 @@
  * messages can carry a small allreduce's data: the agreement, the sum and the
  * verdict in one exchange, no round added.
  *
- * A message is a block, then the data (or, where the block would push the data
- * past a power of two, the block and then the data in a message of its own).
- * The block stands for the ranks whose messages reached the sender: a hash of
- * their calls and whether two of them differ. Merging two blocks keeps the
- * mismatch, and two hashes that differ make one, so every rank ends with the
- * same verdict; agree.c then gathers the descriptors to say what differs.
+ * A message is a block, then the data. The block stands for the ranks whose
+ * messages reached the sender: a hash of their calls and whether two of them
+ * differ. Merging two blocks keeps the mismatch, and two hashes that differ make
+ * one, so every rank ends with the same verdict; agree.c then gathers the
+ * descriptors to say what differs. (A block in a message of its own, where it
+ * pushed the data past a power of two, was no faster: Open MPI's 256-byte fast
+ * path on shared memory is lost either way.)
  *
  * Every message is received with room for the largest data, so calls of
  * different sizes, or a small allreduce on one rank and another call on the
@@ -37,8 +38,7 @@
 
 struct ib_block {
   uint64_t hash;     /* of the calls of the ranks it stands for, when they agree */
-  uint32_t mismatch; /* two of those ranks' calls differ */
-  uint32_t follows;  /* bytes of data in a message of their own after this one; 0: inline */
+  uint64_t mismatch; /* two of those ranks' calls differ */
 };
 
 /* A message's data follows its block at this offset, aligned for any datatype. */
@@ -62,7 +62,6 @@ struct ib_exchange {
   unsigned char* out;          /* [IB_MESSAGE_MAX]: a header, then the partial sum of all the data */
   unsigned char* in;           /* [IB_MESSAGE_MAX]: a peer's message */
   unsigned char* stage;        /* [IB_MESSAGE_MAX]: a message of a slice further in */
-  int dangling;                /* a receive was left posted for data a differing peer never sends */
 };
 
 /* Elements [first, first + n) of the data: a slice of the vector a step moves. */
@@ -78,77 +77,14 @@ static int agreed_so_far(const struct ib_exchange* x) {
   return !x->block.mismatch;
 }
 
-/* Whether `bytes` of data go in a message of their own after the block's: when
- * the block would push them past a power of two, where MPI libraries switch
- * protocols (Open MPI with MPI_THREAD_MULTIPLE: 0.22 us for 256 bytes, 0.36 for
- * 264 on shared memory; its 4 KiB eager limit). Both sides derive it from the
- * size; the block says it too, for a peer whose call differs. */
-static int data_apart(size_t bytes) {
-  size_t pow2 = 256;
-  while (pow2 < bytes) pow2 *= 2;
-  return bytes + IB_HEADER > pow2 && bytes + IB_HEADER > 256;
-}
-
-/* Posts this rank's block and slice s of its data to peer, into reqs[0..1]: the
- * block with the data, from x->out where the slice starts the data (else copied
- * to x->stage), or the block, then the data apart. */
-static gcclResult_t post_message(struct ib_exchange* x, int peer, struct ib_slice s, tp_req reqs[2]) {
-  struct transport* tp = x->ctx->tp;
+/* Posts this rank's block and slice s of its data to peer, as one message: from
+ * x->out where the slice starts the data, else copied to x->stage. */
+static gcclResult_t post_message(struct ib_exchange* x, int peer, struct ib_slice s, tp_req* req) {
   size_t bytes = s.n * x->size;
-  const unsigned char* data = x->out + IB_HEADER + s.first * x->size;
-  int apart = data_apart(bytes);
-  unsigned char* msg = apart || s.first == 0 ? x->out : x->stage;
-  struct ib_block b = x->block;
-  b.follows = apart ? (uint32_t)bytes : 0;
-  memcpy(msg, &b, sizeof b);
-  if (apart) {
-    GCCL_CHECK(prim_post_send(tp, peer, msg, IB_HEADER, &reqs[0]));
-    return prim_post_send(tp, peer, data, bytes, &reqs[1]);
-  }
-  if (msg == x->stage) memcpy(msg + IB_HEADER, data, bytes);
-  return prim_post_send(tp, peer, msg, IB_HEADER + bytes, &reqs[0]);
-}
-
-/* A receive of a peer's message into x->in, its data at IB_HEADER as if inline:
- * posted for `bytes` of data, the layout this rank expects, before its own
- * message goes out. A peer whose call differs may lay its message out otherwise:
- * data it sends apart unasked is received all the same, and a receive posted for
- * data it never sends is left (x->dangling): the call then fails on every rank,
- * and the failure withdraws it before another message can match it. */
-struct ib_receive {
-  tp_req reqs[2];
-  size_t got, got_data;
-};
-
-static gcclResult_t post_receive(struct ib_exchange* x, int peer, size_t bytes, struct ib_receive* rx) {
-  struct transport* tp = x->ctx->tp;
-  *rx = (struct ib_receive){{-1, -1}, 0, 0};
-  GCCL_CHECK(prim_post_recv_upto(tp, peer, x->in, IB_MESSAGE_MAX, &rx->got, &rx->reqs[0]));
-  if (data_apart(bytes))
-    GCCL_CHECK(prim_post_recv_upto(tp, peer, x->in + IB_HEADER, IN_BAND_MAX_BYTES, &rx->got_data, &rx->reqs[1]));
-  return gcclSuccess;
-}
-
-/* Waits for the receive; *got is the message's size as if inline. */
-static gcclResult_t finish_receive(struct ib_exchange* x, int peer, struct ib_receive* rx, size_t* got) {
-  struct transport* tp = x->ctx->tp;
-  GCCL_CHECK(prim_wait(tp, &rx->reqs[0]));
-  *got = rx->got;
-  if (rx->got < IB_HEADER) return err_set(gcclInternalError, "in-band agreement: a message of %zu bytes", rx->got);
-  struct ib_block theirs;
-  memcpy(&theirs, x->in, sizeof theirs);
-  if (theirs.follows == 0) {
-    if (rx->reqs[1] >= 0) x->dangling = 1;
-    return gcclSuccess;
-  }
-  if (rx->got != IB_HEADER || theirs.follows > IN_BAND_MAX_BYTES)
-    return err_set(gcclInternalError, "in-band agreement: a message of %zu bytes announcing %u more", rx->got,
-                   theirs.follows);
-  if (rx->reqs[1] < 0)
-    GCCL_CHECK(prim_post_recv_upto(tp, peer, x->in + IB_HEADER, IN_BAND_MAX_BYTES, &rx->got_data, &rx->reqs[1]));
-  GCCL_CHECK(prim_wait(tp, &rx->reqs[1]));
-  *got = IB_HEADER + rx->got_data;
-  return gcclSuccess;
+  unsigned char* msg = s.first == 0 ? x->out : x->stage;
+  memcpy(msg, &x->block, sizeof x->block);
+  if (msg == x->stage) memcpy(msg + IB_HEADER, x->out + IB_HEADER + s.first * x->size, bytes);
+  return prim_post_send(x->ctx->tp, peer, msg, IB_HEADER + bytes, req);
 }
 
 enum ib_use { IB_REDUCE, IB_COPY };
@@ -181,13 +117,12 @@ static gcclResult_t absorb(struct ib_exchange* x, int peer, struct ib_slice s, s
  * block and its slice `take`, and uses it. Either may be NULL for one direction. */
 static gcclResult_t step(struct ib_exchange* x, int peer, const struct ib_slice* give, const struct ib_slice* take,
                          enum ib_use use) {
-  struct ib_receive rx;
-  tp_req sends[2] = {-1, -1};
+  struct transport* tp = x->ctx->tp;
+  tp_req reqs[2] = {-1, -1};
   size_t got = 0;
-  if (take) GCCL_CHECK(post_receive(x, peer, take->n * x->size, &rx));
-  if (give) GCCL_CHECK(post_message(x, peer, *give, sends));
-  if (take) GCCL_CHECK(finish_receive(x, peer, &rx, &got));
-  GCCL_CHECK(prim_wait_all(x->ctx->tp, sends, 2));
+  if (take) GCCL_CHECK(prim_post_recv_upto(tp, peer, x->in, IB_MESSAGE_MAX, &got, &reqs[0]));
+  if (give) GCCL_CHECK(post_message(x, peer, *give, &reqs[1]));
+  GCCL_CHECK(prim_wait_all(tp, reqs, 2));
   return take ? absorb(x, peer, *take, got, use) : gcclSuccess;
 }
 
@@ -249,10 +184,11 @@ static gcclResult_t run_core(struct ib_exchange* x, int q) {
 
 /* The partner's final block and, if every call agreed, its data in place of this rank's. */
 static gcclResult_t take_result(struct ib_exchange* x, int peer) {
-  struct ib_receive rx;
   size_t got = 0, bytes = x->count * x->size;
-  GCCL_CHECK(post_receive(x, peer, bytes, &rx));
-  GCCL_CHECK(finish_receive(x, peer, &rx, &got));
+  tp_req req;
+  GCCL_CHECK(prim_post_recv_upto(x->ctx->tp, peer, x->in, IB_MESSAGE_MAX, &got, &req));
+  GCCL_CHECK(prim_wait(x->ctx->tp, &req));
+  if (got < IB_HEADER) return err_set(gcclInternalError, "in-band agreement: a message of %zu bytes", got);
   memcpy(&x->block, x->in, sizeof x->block);
   if (!agreed_so_far(x)) return gcclSuccess;
   if (got != IB_HEADER + bytes)
@@ -278,7 +214,7 @@ static gcclResult_t run(struct ib_exchange* x) {
 }
 
 gcclResult_t in_band_exchange(struct coll_ctx* ctx, uint64_t hash, const struct coll_args* sum, int* agreed) {
-  struct ib_exchange x = {.ctx = ctx, .sum = sum, .block = {hash, 0, 0}};
+  struct ib_exchange x = {.ctx = ctx, .sum = sum, .block = {hash, 0}};
   if (sum) {
     x.count = sum->count;
     x.size = dtype_size(sum->dt);
@@ -292,8 +228,6 @@ gcclResult_t in_band_exchange(struct coll_ctx* ctx, uint64_t hash, const struct 
   if (bytes) memcpy(x.out + IB_HEADER, sum->sendbuff, bytes);
   GCCL_CHECK(run(&x));
   *agreed = agreed_so_far(&x);
-  if (*agreed && x.dangling)
-    return err_set(gcclInternalError, "in-band agreement: a peer laid out its message otherwise, yet agreed");
   if (*agreed && bytes) {
     memcpy(sum->recvbuff, x.out + IB_HEADER, bytes);
     if (sum->op == gcclAvg) reduce_divide(sum->recvbuff, sum->count, sum->dt, ctx->nranks);

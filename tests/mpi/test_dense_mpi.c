@@ -273,9 +273,9 @@ static void allreduce_cases(const char* algo) {
         for (int in_place = 0; in_place < 2; in_place++) check_allreduce(comm, dtypes[d], ops[o], counts[c], in_place);
     }
   /* The in-band allreduce (the tuner's choice up to 64 KiB over MPI) at its
-   * edges: 240 and 256 bytes (data beside the block, data apart), 2 KiB and past
-   * it (doubling, halving with 4 ranks and more), 4000 bytes and past (halving
-   * with 2), 64 KiB and one element more (the usual path). */
+   * edges: 240 and 256 bytes, 2 KiB and past it (doubling, halving with 4 ranks
+   * and more), 4000 bytes and past (halving with 2), 64 KiB and one element more
+   * (the usual path). */
   if (!algo && !quick) {
     const size_t edges[] = {60, 64, 65, 512, 513, 999, 1001, 1024, 16383, 16384, 16385};
     for (size_t e = 0; e < sizeof edges / sizeof edges[0]; e++) {

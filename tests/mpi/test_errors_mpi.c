@@ -140,10 +140,10 @@ static void check_mismatches(void) {
       odd ? gcclAllGather(a, b, N, gcclFloat32, comm, NULL) : gcclAllReduce(a, b, N, gcclFloat32, gcclSum, comm, NULL),
       "collective", __LINE__);
 
-  /* Small allreduces agree in band (collectives/in_band.c): one rank's data
-   * apart from its block (64 floats), halved (600), or on the usual path
-   * (100000), against 10 floats inline; an allreduce against a broadcast. The
-   * receive buffer keeps what it held. */
+  /* Small allreduces agree in band (collectives/in_band.c): one rank's call of
+   * 64 floats, of 600 (halved with 4 ranks), or on the usual path (100000),
+   * against 10 floats; an allreduce against a broadcast. The receive buffer
+   * keeps what it held. */
   const size_t odd_counts[] = {64, 600, 100 * N};
   for (int k = 0; k < 3; k++) {
     for (size_t i = 0; i < 4 * N; i++) b[i] = -1;
