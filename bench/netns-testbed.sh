@@ -46,6 +46,10 @@
 #           (default 1800): a launch that hangs must not hold the machine
 #   -x ARGS extra mpirun arguments (split at spaces) for every row, e.g.
 #           "--mca btl_tcp_progress_thread 1"
+#   -e CMD  runs CMD (split at spaces; a path relative to BUILD/bench, e.g.
+#           "mpi-ab interposer -b 4 -e 64M") under the same mpirun instead of
+#           gccl-bench, prints its output and no table. -a 0 leaves Open MPI's
+#           allreduce as it chooses (with -e only).
 #
 # Needs root, ip, tc and Open MPI (else exits with 77: skipped); gccl built with
 # MPI (BUILD/bench/gccl-bench, default BUILD: build). Exits 0 when the run
@@ -56,12 +60,13 @@
 set -euo pipefail
 
 N=4 RATE=1gbit SIZE=100M BUILD=build OUTDIR="" ITERS=1 QUICK=0 LINKS=1 CC="" EXTRA="" ALG=4 LIMIT=1800 DENSE=--dense-best
+COMMAND=""
 CODECS="fp16 uniform:bits=8 uniform:bits=4 sign topk:ratio=0.01 randk:ratio=0.01"
 usage() {
   sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0" >&2
   exit 2
 }
-while getopts "n:r:s:b:o:i:c:a:l:C:x:t:dqh" opt; do
+while getopts "n:r:s:b:o:i:c:a:l:C:x:e:t:dqh" opt; do
   case $opt in
     n) N=$OPTARG ;;
     r) RATE=$OPTARG ;;
@@ -74,6 +79,7 @@ while getopts "n:r:s:b:o:i:c:a:l:C:x:t:dqh" opt; do
     l) LINKS=$OPTARG ;;
     C) CC=$OPTARG ;;
     x) EXTRA=$OPTARG ;;
+    e) COMMAND=$OPTARG ;;
     t) LIMIT=$OPTARG ;;
     d) DENSE="" ;;
     q) QUICK=1 ;;
@@ -88,7 +94,7 @@ fi
 [[ $N =~ ^[0-9]+$ ]] && ((N >= 2 && N <= 250)) || { echo "netns-testbed: -n must be 2..250" >&2; exit 2; }
 [[ $ITERS =~ ^[0-9]+$ ]] && ((ITERS >= 1)) || { echo "netns-testbed: -i must be >= 1" >&2; exit 2; }
 [[ $LIMIT =~ ^[0-9]+$ ]] && ((LIMIT >= 1)) || { echo "netns-testbed: -t must be >= 1" >&2; exit 2; }
-[[ $ALG =~ ^[1-6]$ ]] || { echo "netns-testbed: -a must be 1..6" >&2; exit 2; }
+[[ $ALG =~ ^[1-6]$ || ( $ALG == 0 && -n $COMMAND ) ]] || { echo "netns-testbed: -a must be 1..6 (0 with -e)" >&2; exit 2; }
 [[ $LINKS =~ ^[0-9]+$ ]] && ((LINKS >= 1 && LINKS <= 16)) || { echo "netns-testbed: -l must be 1..16" >&2; exit 2; }
 if [[ -n $CC ]] && ! grep -qwF -- "$CC" /proc/sys/net/ipv4/tcp_allowed_congestion_control 2>/dev/null; then
   echo "netns-testbed: -C $CC is not in this host's tcp_allowed_congestion_control" \
@@ -182,6 +188,12 @@ MPIRUN+=("${extra_args[@]}")
 ARGS=(--mpi allreduce -d float -o sum -b "$SIZE" -e "$SIZE" -n "$ITERS" -m -w 1 -z -c 1
   ${DENSE:+"$DENSE"} --codec "$CODECS" --net-if "$NS_IF" --net-gbps "$(awk -v b="$RATE_BPS" 'BEGIN { print b / 1e9 }')"
   -J "$OUTDIR/testbed.json")
+if [[ -n $COMMAND ]]; then # -e: that program instead of gccl-bench
+  read -r -a command_args <<<"$COMMAND"
+  BENCH=$(cd "$(dirname "$BENCH")" && pwd)/${command_args[0]}
+  [[ -x $BENCH ]] || { echo "netns-testbed: -e: $BENCH not found" >&2; exit 2; }
+  ARGS=("${command_args[@]:1}")
+fi
 
 {
   echo "# netns-testbed: $N namespaces x 1 rank, $RATE per link (tbf both ways), $SUBNET, btl_tcp_links $LINKS, TCP $(ip netns exec "$(ns_name 0)" cat /proc/sys/net/ipv4/tcp_congestion_control); $(date -Is)"
@@ -237,6 +249,11 @@ fi
 
 # What the shapers did over the whole run: a queue that overflows drops packets,
 # and TCP backs off (incast: several senders into one link at once).
+if [[ -n $COMMAND ]]; then # -e: its output is the report
+  sed -n "$((header_lines + 1)),\$p" "$OUTDIR/testbed.txt"
+  echo "# output kept in $OUTDIR/testbed.txt" >&2
+  exit 0
+fi
 read -r up_sent up_drop down_sent down_drop < <(ns_shaper_totals)
 SHAPER_LINE="# tbf over the run: uplinks sent $up_sent packets, dropped $up_drop; downlinks sent $down_sent, dropped $down_drop"
 

@@ -84,6 +84,7 @@
 
 #include "gccl.h"
 #include "gccl_mpi.h"
+#include "route.h"
 
 #define PRELOAD_EXPORT __attribute__((visibility("default")))
 
@@ -163,8 +164,9 @@ struct preload_comm {
   MPI_Comm mpi;    /* the application's communicator, which holds the attribute */
   gcclComm_t gccl; /* NULL once destroyed or aborted */
   enum preload_state state;
-  int rank;   /* in mpi, for reports */
-  int listed; /* on the live list */
+  int rank;                 /* in mpi, for reports */
+  int listed;               /* on the live list */
+  struct route_table route; /* gccl's road or MPI's, per size class (route.h) */
   struct preload_comm *prev, *next;
 };
 
@@ -287,6 +289,7 @@ static struct preload_comm* preload_comm_create(MPI_Comm comm) {
     return NULL;
   }
   *pc = (struct preload_comm){.mpi = comm, .gccl = g, .state = PRELOAD_GCCL, .rank = rank};
+  route_init(&pc->route);
   if (PMPI_Comm_set_attr(comm, keyval, pc) != MPI_SUCCESS) {
     PRELOAD_WARN(rank, "MPI_Comm_set_attr on MPI communicator %p failed: its MPI_Allreduce calls go to MPI",
                  (void*)comm);
@@ -368,13 +371,29 @@ static __attribute__((noinline)) int allreduce_eligible(const void* sendbuf, voi
     return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, MPI_SUM, comm);
   if (pc->state == PRELOAD_BROKEN) return fail_call(comm);
 
-  const void* send = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-  gcclDataType_t dt = datatype == MPI_FLOAT ? gcclFloat32 : gcclFloat64;
-  in_gccl = 1;
-  gcclResult_t res = gcclAllReduce(send, recvbuf, (size_t)count, dt, gcclSum, pc->gccl, NULL);
-  in_gccl = 0;
-  if (res == gcclSuccess) return MPI_SUCCESS;
-  return after_failure(pc, res, sendbuf, recvbuf, count, datatype);
+  int gccl_road = route_gccl(&pc->route, bytes);
+  double t0 = PMPI_Wtime();
+  if (gccl_road) {
+    const void* send = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+    gcclDataType_t dt = datatype == MPI_FLOAT ? gcclFloat32 : gcclFloat64;
+    in_gccl = 1;
+    gcclResult_t res = gcclAllReduce(send, recvbuf, (size_t)count, dt, gcclSum, pc->gccl, NULL);
+    in_gccl = 0;
+    if (res != gcclSuccess) return after_failure(pc, res, sendbuf, recvbuf, count, datatype);
+  } else {
+    int rc = PMPI_Allreduce(sendbuf, recvbuf, count, datatype, MPI_SUM, comm);
+    if (rc != MPI_SUCCESS) return rc;
+  }
+  int decided = route_record(&pc->route, bytes, gccl_road, PMPI_Wtime() - t0, comm);
+  if (decided >= 0) {
+    const struct route_class* k = &pc->route.cls[decided];
+    PRELOAD_INFO(pc->rank,
+                 "MPI communicator %p: allreduce of [%zu, %zu) bytes takes %s's road (per call, slowest rank: gccl "
+                 "%.1f us, MPI %.1f us)",
+                 (void*)comm, (size_t)1 << decided, (size_t)2 << decided, k->gccl ? "gccl" : "MPI",
+                 k->slowest[1] / ROUTE_SAMPLES * 1e6, k->slowest[0] / ROUTE_SAMPLES * 1e6);
+  }
+  return MPI_SUCCESS;
 }
 
 PRELOAD_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,

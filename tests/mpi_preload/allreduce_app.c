@@ -1,7 +1,7 @@
 /* allreduce_app.c — an ordinary MPI program (it links MPI only and knows nothing of
  * gccl) whose MPI_Allreduce calls the interposer's tests check.
  *
- *   allreduce_app --mode dense|compressed|broken [--min-bytes N] [--err-per-rank E]
+ *   allreduce_app --mode dense|compressed|broken [--min-bytes N] [--err-per-rank E] [--repeat N]
  *
  * dense: float and double sums of integer values are exact, in place and out of
  * place, for counts around --min-bytes (GCCL_COMPRESS_MIN_BYTES) and of 1M
@@ -15,6 +15,9 @@
  * (count < 0, MPI_COMM_NULL, MPI_SUM on a derived datatype, aliased buffers) gets
  * the error class PMPI_Allreduce gets. (A NULL recvbuf is not tried: Open MPI 4.1
  * does not check it and crashes in PMPI_Allreduce itself.)
+ *
+ * --repeat N runs the sums on MPI_COMM_WORLD N times: enough calls per size class
+ * for the interposer to time both roads and choose (src/mpi_preload/route.h).
  *
  * broken (with a short GCCL_TIMEOUT_MS): rank 1 arrives late at an eligible call
  * on a duplicate with MPI_ERRORS_RETURN; every rank gets MPI_ERR_OTHER with its
@@ -39,7 +42,8 @@ static struct {
   enum mode mode;
   size_t min_bytes;    /* GCCL_COMPRESS_MIN_BYTES as the test sets it */
   double err_per_rank; /* compressed: allowed |error| per rank of the communicator */
-} opt = {MODE_DENSE, 65536, 0.0};
+  int repeat;          /* passes of the sums on MPI_COMM_WORLD */
+} opt = {MODE_DENSE, 65536, 0.0, 1};
 
 static int world_rank;
 static int eligible, compressed, comms_expected;
@@ -403,8 +407,11 @@ static void parse_args(int argc, char** argv) {
       opt.min_bytes = (size_t)strtoull(argv[++i], NULL, 10);
     } else if (!strcmp(argv[i], "--err-per-rank") && i + 1 < argc) {
       opt.err_per_rank = strtod(argv[++i], NULL);
+    } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
+      opt.repeat = atoi(argv[++i]);
     } else {
-      fprintf(stderr, "usage: %s --mode dense|compressed|broken [--min-bytes N] [--err-per-rank E]\n", argv[0]);
+      fprintf(stderr, "usage: %s --mode dense|compressed|broken [--min-bytes N] [--err-per-rank E] [--repeat N]\n",
+              argv[0]);
       exit(2);
     }
   }
@@ -420,7 +427,7 @@ int main(int argc, char** argv) {
   if (opt.mode == MODE_BROKEN) {
     broken_communicator();
   } else {
-    sums_on(MPI_COMM_WORLD, "MPI_COMM_WORLD");
+    for (int pass = 0; pass < opt.repeat; pass++) sums_on(MPI_COMM_WORLD, "MPI_COMM_WORLD");
     comms_expected++;
     if (opt.mode == MODE_DENSE) fractions_identical_on(MPI_COMM_WORLD, "MPI_COMM_WORLD");
 

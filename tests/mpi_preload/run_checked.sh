@@ -3,7 +3,7 @@
 # that gccl ran exactly the MPI_Allreduce calls the program says the interposer
 # should have given it, and no other.
 #
-#   run_checked.sh --np N --expect gccl|none|init-failed|refused|broken -- mpirun ...
+#   run_checked.sh --np N --expect gccl|measured|none|init-failed|refused|broken -- mpirun ...
 #
 # Each process of the program prints
 #   preload-check: pid P eligible E compressed C comms K
@@ -12,6 +12,11 @@
 # and the interposer one line per gccl communicator made and destroyed; every
 # line carries the process id. Expectations per process:
 #   gccl         E "AllReduce seq" lines, C of them compressed; K made, K destroyed
+#   measured     the interposer times gccl's road and MPI's (GCCL_PRELOAD_ROUTE
+#                unset): at most E "AllReduce seq" lines, K made and destroyed,
+#                at least one size class decided, and every process decided the
+#                same classes the same way (run it on 2 ranks: every
+#                communicator then holds both)
 #   none         no line from gccl or the interposer (the program without LD_PRELOAD)
 #   init-failed  K creation failures reported, nothing made, no gccl call
 #   refused      K refusals reported: the first call of each of the K communicators
@@ -68,11 +73,22 @@ for r in "${reports[@]}"; do
   failed=$(count "$pid" "WARN mpi-preload: gcclAllReduce of [0-9]+ MPI_[A-Z]+ on $comm failed")
   aborted=$(count "$pid" "INFO mpi-preload: gccl communicator of $comm aborted")
   [[ "$expect" == refused ]] && codec=any
+  if [[ "$expect" == measured ]]; then
+    [[ $seq -le $eligible ]] && seq=$eligible
+    codec=0
+    roads=$(grep -oE ":$pid:[0-9]+ \[-?[0-9]+\] GCCL INFO mpi-preload: $comm: allreduce of \[[0-9]+, [0-9]+\) bytes takes [a-zA-Z]+'s road" "$log" |
+      sed -E 's/.*allreduce of //' | sort | uniq -c)
+    [[ -n "$roads" ]] || fail "pid $pid: no size class was decided"
+    [[ -z "${first_roads:-}" ]] && first_roads=$roads
+    [[ "$roads" == "$first_roads" ]] || fail "pid $pid decided otherwise: $roads; the first process: $first_roads"
+  fi
   [[ "$expect" == broken && $seq -eq $((eligible + 1)) ]] && seq=$eligible
   got="seq=$seq codec=$codec made=$made destroyed=$destroyed aborted=$aborted init_failed=$init_failed"
   got+=" refused=$refused failed=$failed"
   case "$expect" in
-    gccl) want="seq=$eligible codec=$compressed made=$comms destroyed=$comms aborted=0 init_failed=0 refused=0 failed=0" ;;
+    gccl | measured)
+      want="seq=$eligible codec=$compressed made=$comms destroyed=$comms aborted=0 init_failed=0 refused=0 failed=0"
+      ;;
     none) want="seq=0 codec=0 made=0 destroyed=0 aborted=0 init_failed=0 refused=0 failed=0" ;;
     init-failed) want="seq=0 codec=0 made=0 destroyed=0 aborted=0 init_failed=$comms refused=0 failed=0" ;;
     refused) want="seq=$comms codec=any made=$comms destroyed=$comms aborted=0 init_failed=0 refused=$comms failed=0" ;;
