@@ -9,6 +9,7 @@
 
 #include "collectives/cost_model.h"
 #include "collectives/tuner.h"
+#include "common/clock.h"
 #include "common/dtype.h"
 #include "common/env.h"
 #include "common/log.h"
@@ -154,6 +155,7 @@ int dropin_measures(gcclComm_t comm) {
 gcclResult_t dropin_measure(gcclComm_t comm) {
   struct dropin* d = comm->dropin;
   if (!dropin_measures(comm)) return gcclSuccess;
+  int64_t start = clock_now_ns();
   struct dropin_figures mine = {d->model.inter, d->rates, d->model.reduce_s_per_byte, 0, 0};
   int spans_nodes = comm->ctx.local_size < comm->nranks;
   if (spans_nodes && !cost_model_link_from_env()) {
@@ -166,9 +168,10 @@ gcclResult_t dropin_measure(gcclComm_t comm) {
   d->model.reduce_s_per_byte = all[0].reduce_s_per_byte;
   d->rates = all[0].rates;
   if (spans_nodes)
-    GCCL_INFO(LOG_INIT, "GCCL_COMPRESS=auto:%s: the link between nodes %s %.3g Gbit/s, %.3g us (rank 0's figures)",
+    GCCL_INFO(LOG_INIT,
+              "GCCL_COMPRESS=auto:%s: the link between nodes %s %.3g Gbit/s, %.3g us (rank 0's figures; %.1f ms)",
               d->spec_text, all[0].measured ? "measured at" : "set by the environment to", 8e-9 / d->model.inter.beta,
-              d->model.inter.alpha * 1e6);
+              d->model.inter.alpha * 1e6, (double)(clock_now_ns() - start) * 1e-6);
   else
     GCCL_INFO(LOG_INIT, "GCCL_COMPRESS=auto:%s: every rank on one node: calls stay dense", d->spec_text);
   return gcclSuccess;
