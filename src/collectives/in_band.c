@@ -146,11 +146,14 @@ static int halving(size_t bytes, int q) {
 }
 
 /* Ranks 0..q-1, q a power of two. Recursive doubling: every step reduces all the
- * data. Halving-doubling: steps d = q/2 .. 1 each keep half the blocks of the
- * range a rank holds and reduce the partner's copy of it (after them rank v
- * holds block v summed over all), then steps d = 1 .. q/2 copy the finished
- * blocks back. The blocks travel with every message, so the verdict is whole
- * after the first half, and a mismatch skips the second. */
+ * data, with partners v^1, v^2, ..., v^(q/2). Halving-doubling meets them in the
+ * same order, so that a rank that halves and a peer whose call differs and
+ * doubles never wait on each other in a cycle: each step keeps the half of the
+ * range a rank holds that bit d of v picks and reduces the partner's copy of it
+ * (after them rank v holds one block, summed over all), then steps d = q/2 .. 1
+ * copy the finished blocks back, each the other half of the range split at that
+ * bit. The blocks travel with every message, so the verdict is whole after the
+ * first half, and a mismatch skips the second. */
 static gcclResult_t run_core(struct ib_exchange* x, int q) {
   int v = x->ctx->rank;
   struct ib_slice all = {0, x->count};
@@ -159,7 +162,7 @@ static gcclResult_t run_core(struct ib_exchange* x, int q) {
     return gcclSuccess;
   }
   int lo = 0, hi = q;
-  for (int d = q / 2; d >= 1; d /= 2) {
+  for (int d = 1; d < q; d *= 2) {
     int mid = lo + (hi - lo) / 2, upper = (v & d) != 0;
     struct ib_slice keep = upper ? blocks(x, q, mid, hi) : blocks(x, q, lo, mid);
     struct ib_slice give = upper ? blocks(x, q, lo, mid) : blocks(x, q, mid, hi);
@@ -170,14 +173,15 @@ static gcclResult_t run_core(struct ib_exchange* x, int q) {
       hi = mid;
   }
   if (!agreed_so_far(x)) return gcclSuccess;
-  for (int d = 1; d < q; d *= 2) {
-    int peer_lo = lo ^ d; /* the partner's range: the same size, the other half of the pair's */
-    struct ib_slice mine = blocks(x, q, lo, hi), theirs = blocks(x, q, peer_lo, peer_lo + (hi - lo));
+  for (int d = q / 2; d >= 1; d /= 2) {
+    int width = hi - lo, upper = (v & d) != 0;
+    int peer_lo = upper ? lo - width : hi; /* the other half of the range split at bit d */
+    struct ib_slice mine = blocks(x, q, lo, hi), theirs = blocks(x, q, peer_lo, peer_lo + width);
     GCCL_CHECK(step(x, v ^ d, &mine, &theirs, IB_COPY));
-    if (peer_lo < lo)
+    if (upper)
       lo = peer_lo;
     else
-      hi = peer_lo + (hi - lo);
+      hi = peer_lo + width;
   }
   return gcclSuccess;
 }

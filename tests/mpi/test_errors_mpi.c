@@ -151,6 +151,13 @@ static void check_mismatches(void) {
                     __LINE__);
     MC_CHECK(b[0] == -1 && b[9] == -1, "a mismatched allreduce wrote its receive buffer (count %zu)", odd_counts[k]);
   }
+  /* Ranks 0 and 3 halve (600 floats), 1 and 2 double (10): had halving met its
+   * partners in another order than doubling, 0, 2, 3 and 1 would each wait for
+   * the next (a timeout, not a mismatch). */
+  if (mc_nranks >= 4)
+    expect_mismatch(comm,
+                    gcclAllReduce(a, b, mc_rank == 0 || mc_rank == 3 ? 600 : 10, gcclFloat32, gcclSum, comm, NULL),
+                    "count", __LINE__);
   expect_mismatch(comm,
                   odd ? gcclBroadcast(a, b, 10, gcclFloat32, 0, comm, NULL)
                       : gcclAllReduce(a, b, 10, gcclFloat32, gcclSum, comm, NULL),
