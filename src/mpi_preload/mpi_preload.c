@@ -10,7 +10,10 @@
  * considers), on an intracommunicator, in host memory, runs as gcclAllReduce on a
  * gccl communicator of that MPI communicator; GCCL_COMPRESS therefore decides
  * whether it is compressed (unset or `none`: gccl's dense algorithms).
- * MPI_IN_PLACE is honoured. Every other call goes to PMPI_Allreduce untouched:
+ * MPI_IN_PLACE is honoured. With GCCL_COMPRESS unset, none or auto:, each size
+ * class first times gccl's road against PMPI_Allreduce and keeps gccl's only
+ * where it was faster (route.h): the interposer never makes a program slower by
+ * choice. Every other call goes to PMPI_Allreduce untouched:
  * other datatypes (derived ones included), other or user-defined ops, smaller
  * counts, count <= 0, MPI_COMM_NULL, intercommunicators, NULL or overlapping
  * buffers, calls before MPI_Init or from MPI_Finalize on — so MPI computes them,
