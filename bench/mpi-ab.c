@@ -4,6 +4,7 @@
  *
  *   mpirun -np 4 mpi-ab gccl [-b 4 -e 64M -f 2 -r 11]
  *   mpirun -np 4 -x LD_PRELOAD=.../libgccl-mpi-preload.so mpi-ab interposer
+ *   mpirun -np 4 mpi-ab create [-r N]     (gcclCommInitMpi's time, N times)
  *
  * Per size, -r rounds; each round times a block of MPI's own allreduce
  * (PMPI_Allreduce, which no interposer sees) and a block of the other side:
@@ -82,6 +83,22 @@ static double time_block(struct run* r, int other, size_t count, int calls) {
   return slowest;
 }
 
+/* mpi-ab create: gcclCommInitMpi's time, the slowest rank's, `n` times in one
+ * process (the first pays what a process measures once, GCCL_COMPRESS=auto:'s
+ * codec rates). */
+static void time_creation(int rank, int n) {
+  for (int i = 0; i < n; i++) {
+    gcclComm_t comm = NULL;
+    PMPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    CHECK("gcclCommInitMpi", gcclCommInitMpi(&comm, MPI_COMM_WORLD) == gcclSuccess);
+    double t = MPI_Wtime() - t0, slowest = 0;
+    PMPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0) printf("# mpi-ab create: communicator %d made in %.1f ms (slowest rank)\n", i + 1, slowest * 1e3);
+    gcclCommDestroy(comm);
+  }
+}
+
 int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -92,11 +109,19 @@ int main(int argc, char** argv) {
   size_t min_bytes = 4, max_bytes = 64 << 10;
   double factor = 2;
   int rounds = 11, warmup = 16;
-  if (argc < 2 || (strcmp(argv[1], "gccl") && strcmp(argv[1], "interposer"))) {
+  if (argc < 2 || (strcmp(argv[1], "gccl") && strcmp(argv[1], "interposer") && strcmp(argv[1], "create"))) {
     if (rank == 0)
-      fprintf(stderr, "usage: mpi-ab gccl|interposer [-b MIN] [-e MAX] [-f FACTOR] [-r ROUNDS] [-w WARMUP]\n");
+      fprintf(stderr,
+              "usage: mpi-ab gccl|interposer [-b MIN] [-e MAX] [-f FACTOR] [-r ROUNDS] [-w WARMUP]\n"
+              "       mpi-ab create [-r ROUNDS]\n");
     MPI_Finalize();
     return 2;
+  }
+  if (!strcmp(argv[1], "create")) {
+    int n = argc > 3 && !strcmp(argv[2], "-r") ? atoi(argv[3]) : 3;
+    time_creation(rank, n > 0 ? n : 3);
+    MPI_Finalize();
+    return 0;
   }
   r.side = strcmp(argv[1], "gccl") ? SIDE_INTERPOSER : SIDE_GCCL;
   for (int i = 2; i + 1 < argc; i += 2) {
