@@ -47,16 +47,6 @@ struct run {
   float *send, *want, *got;
 };
 
-static int compare(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double* v, int n) {
-  qsort(v, (size_t)n, sizeof *v, compare);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static void other_allreduce(struct run* r, float* out, size_t count) {
   if (r->side == SIDE_GCCL)
     CHECK("gcclAllReduce", gcclAllReduce(r->send, out, count, gcclFloat32, gcclSum, r->comm, NULL) == gcclSuccess);
@@ -171,8 +161,9 @@ int main(int argc, char** argv) {
     err = scale > 0 ? err / scale : err;
     PMPI_Allreduce(&err, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0)
-      printf("  %10zu %12.2f %12.2f %8.2f %9.2g%s\n", count * 4, median(mpi_t, rounds) * 1e6,
-             median(other_t, rounds) * 1e6, median(ratio, rounds), worst, worst == 0 || lossy ? "" : "  WRONG RESULT");
+      printf("  %10zu %12.2f %12.2f %8.2f %9.2g%s\n", count * 4, bench_median(mpi_t, rounds) * 1e6,
+             bench_median(other_t, rounds) * 1e6, bench_median(ratio, rounds), worst,
+             worst == 0 || lossy ? "" : "  WRONG RESULT");
     fflush(stdout);
   }
   if (r.comm) gcclCommDestroy(r.comm);
