@@ -11,8 +11,8 @@
  * receives up to this much whatever its own call, so that calls that differ in
  * size meet as a mismatch and never as a truncated message. */
 #define IN_BAND_MAX_BYTES ((size_t)64 << 10)
-/* Scratch the exchange takes from ctx->scratch: its data, a message in, one out. */
-#define IN_BAND_SCRATCH_BYTES (3 * (IN_BAND_MAX_BYTES + 64))
+/* Scratch the exchange takes from ctx->scratch: its data and a peer's message. */
+#define IN_BAND_SCRATCH_BYTES (2 * IN_BAND_MAX_BYTES)
 
 /* Every rank passes the hash of its call's descriptor. On return *agreed says
  * whether all hashes were equal, the same on every rank. With `sum` (a dense

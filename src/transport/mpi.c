@@ -201,6 +201,16 @@ static gcclResult_t mt_irecv_upto(struct transport* tp, int peer, void* buf, siz
   return mpi_lanes_submit(mt(tp), 0, peer, buf, cap, got, req);
 }
 
+static gcclResult_t mt_isend_tagged(struct transport* tp, int peer, const void* buf, size_t bytes, uint32_t tag,
+                                    tp_req* req) {
+  return mpi_lanes_submit_tagged(mt(tp), 1, peer, buf, bytes, NULL, tag, NULL, req);
+}
+
+static gcclResult_t mt_irecv_tagged(struct transport* tp, int peer, void* buf, size_t cap, size_t* got, uint32_t* tag,
+                                    tp_req* req) {
+  return mpi_lanes_submit_tagged(mt(tp), 0, peer, buf, cap, got, 0, tag, req);
+}
+
 /* A request that fails stays with MPI until cancel_all withdraws it (its buffer
  * may still be in use); its handle is the caller's no more. */
 static gcclResult_t mt_wait(struct transport* tp, tp_req h) {
@@ -399,6 +409,8 @@ static const struct transport_ops mpi_ops = {
     .broken = mt_broken,
     .destroy = mt_destroy,
     .progress = mt_progress,
+    .isend_tagged = mt_isend_tagged,
+    .irecv_tagged = mt_irecv_tagged,
 };
 
 size_t mpi_transport_chunk_bytes(const struct transport* tp) {
@@ -444,6 +456,10 @@ gcclResult_t mpi_transport_create(struct transport** out, MPI_Comm comm, uint64_
   for (size_t i = 0; i < n; i++) t->ctl_sends[i] = MPI_REQUEST_NULL;
   t->coll_req = MPI_REQUEST_NULL;
   t->comm = comm;
+  int* tag_ub = NULL;
+  int has_ub = 0;
+  MPI_Comm_get_attr(comm, MPI_TAG_UB, &tag_ub, &has_ub);
+  int tags_fit = has_ub && tag_ub && (int64_t)*tag_ub >= 2 * (int64_t)TAG_TAGGED - 1; /* mpi_tag_tagged's */
   t->thread_level = thread_level;
   t->timeout_ns = timeout_ms * 1000000;
   t->chunk_bytes = chunk_bytes_from_env();
@@ -460,7 +476,7 @@ gcclResult_t mpi_transport_create(struct transport** out, MPI_Comm comm, uint64_
   t->base.nranks = nranks;
   t->base.shares_address_space = 0;
   t->base.caller_thread_only = thread_level < MPI_THREAD_MULTIPLE;
-  t->base.agree_in_band = 1;
+  t->base.agree_in_band = tags_fit;
   *out = &t->base;
   return gcclSuccess;
 }

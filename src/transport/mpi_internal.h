@@ -24,6 +24,8 @@ struct mt_req {
   char* buf;     /* a send's buffer is only read */
   size_t bytes;  /* the message's size; for irecv_upto, the capacity */
   size_t* got;   /* irecv_upto: where the received size goes; NULL otherwise */
+  uint32_t* tag; /* a tagged receive: where the tag goes; NULL otherwise */
+  int tagged;    /* one message received with MPI_ANY_TAG whatever its size, outside the lanes */
   size_t done;   /* bytes of the chunks completed */
   size_t posted; /* bytes of the chunk in flight */
   int last;      /* the chunk in flight is the last the message can have */
@@ -89,6 +91,19 @@ void mpi_tp_fail(struct mpi_tp* t, gcclResult_t res);
  * it (mpi_tp_fail) and returns it. */
 gcclResult_t mpi_tp_fail_mpi(struct mpi_tp* t, int rc, const char* call);
 
+/* A tagged message's MPI tag: TAG_TAGGED, then 7 bits of the communicator's id,
+ * so that a freed communicator's message that Open MPI delivers to the one made
+ * next (it reuses context ids) is told apart, then the TP_TAG_BITS of the tag.
+ * 31 bits in all: MPI promises only 15, so tagged messages are offered where
+ * MPI_TAG_UB reaches them (Open MPI's shared memory and TCP: 2^31 - 1). */
+#define TAG_TAGGED (1u << 30)
+#define MPI_TAG_OWNER_BITS 7
+_Static_assert(TP_TAG_BITS + MPI_TAG_OWNER_BITS == 30, "a tagged message's tag is 31 bits");
+static inline uint32_t mpi_tag_tagged(const struct mpi_tp* t, uint32_t tag) {
+  uint32_t owner = (uint32_t)(t->comm_id & ((1u << MPI_TAG_OWNER_BITS) - 1));
+  return TAG_TAGGED | owner << TP_TAG_BITS | (tag & ((1u << TP_TAG_BITS) - 1));
+}
+
 /* ---- mpi_lanes.c: messages ------------------------------------------------------ */
 
 /* Posts a send (is_send) or a receive of `bytes` (with got: up to `bytes`) to or
@@ -98,6 +113,12 @@ gcclResult_t mpi_tp_fail_mpi(struct mpi_tp* t, int rc, const char* call);
  * the transport. */
 gcclResult_t mpi_lanes_submit(struct mpi_tp* t, int is_send, int peer, const void* buf, size_t bytes, size_t* got,
                               tp_req* out);
+
+/* Posts a tagged message (tp's isend_tagged, irecv_tagged): one MPI message,
+ * outside the lanes; a receive takes MPI_ANY_TAG, up to `bytes`, and drops what
+ * is not this communicator's tagged message (mpi_lanes.c says why that is safe). */
+gcclResult_t mpi_lanes_submit_tagged(struct mpi_tp* t, int is_send, int peer, const void* buf, size_t bytes,
+                                     size_t* got, uint32_t send_tag, uint32_t* recv_tag, tp_req* out);
 
 /* Moves request h along: tests its chunk in flight, posts the next, completes it. */
 void mpi_lanes_advance(struct mpi_tp* t, int h);

@@ -57,7 +57,22 @@ struct transport_ops {
    * schedule calls this between slices of long codec work: a peer's send then
    * starts when it arrives, not when this rank next waits. */
   void (*progress)(struct transport* tp);
+  /* Optional (transports that agree in band; NULL otherwise): messages that carry
+   * a tag of TP_TAG_BITS bits beside their bytes, in the pair order of the
+   * untagged ones. A tagged receive takes the peer's next tagged message whatever
+   * its tag, up to cap bytes, and reports the tag; empty messages travel too. The
+   * caller never leaves an untagged message from that peer unreceived before it. */
+  gcclResult_t (*isend_tagged)(struct transport* tp, int peer, const void* buf, size_t bytes, uint32_t tag,
+                               tp_req* req);
+  gcclResult_t (*irecv_tagged)(struct transport* tp, int peer, void* buf, size_t cap, size_t* got, uint32_t* tag,
+                               tp_req* req);
 };
+
+/* Bits of a tagged message's tag. (The MPI transport offers tagged messages where
+ * MPI's tags reach 2^31 - 1, which MPI does not promise, and keeps the 8 bits
+ * above these for a marker and the communicator's identity: a message of a freed
+ * communicator that reaches its successor is dropped, not taken.) */
+#define TP_TAG_BITS 23
 
 struct transport {
   const struct transport_ops* ops;
@@ -72,9 +87,10 @@ struct transport {
   int caller_thread_only;
   /* Non-zero when a collective of the library below costs a round of its own on
    * top of point-to-point messages (MPI): step 0 of a call, the agreement, then
-   * travels on point-to-point messages, and a small dense allreduce's data rides
-   * with it (collectives/in_band.c). Also a promise that a message, once posted,
-   * arrives: such a call ends without a closing barrier. */
+   * travels on tagged point-to-point messages (the ops' isend_tagged and
+   * irecv_tagged), and a small dense allreduce's data rides with it
+   * (collectives/in_band.c). Also a promise that a message, once posted, arrives:
+   * such a call ends without a closing barrier. */
   int agree_in_band;
 };
 
@@ -113,6 +129,15 @@ static inline gcclResult_t tp_broken(struct transport* tp) {
 }
 static inline void tp_destroy(struct transport* tp) {
   tp->ops->destroy(tp);
+}
+
+static inline gcclResult_t tp_isend_tagged(struct transport* tp, int peer, const void* buf, size_t bytes, uint32_t tag,
+                                           tp_req* req) {
+  return tp->ops->isend_tagged(tp, peer, buf, bytes, tag, req);
+}
+static inline gcclResult_t tp_irecv_tagged(struct transport* tp, int peer, void* buf, size_t cap, size_t* got,
+                                           uint32_t* tag, tp_req* req) {
+  return tp->ops->irecv_tagged(tp, peer, buf, cap, got, tag, req);
 }
 
 /* Blocking forms over the non-blocking primitives. */

@@ -2,8 +2,10 @@
  * below the collectives.
  *
  * Messages around the chunk size (GCCL_MPI_CHUNK_BYTES=64 here), exact and of
- * unknown size, many in flight on one pair and waited for out of order; the
- * collective primitives; and failures: a size mismatch, a message longer than
+ * unknown size, many in flight on one pair and waited for out of order; tagged
+ * messages, with a stray message of another communicator dropped before them;
+ * the in-band exchange's verdict on calls whose hashes collide; the collective
+ * primitives; and failures: a size mismatch, a message longer than
  * its receive, a timeout and an abort each break the transport on every rank
  * promptly, and cancel_all returns. Every transport is made up front and freed
  * at the end: Open MPI reuses a freed communicator's context id, and messages of
@@ -12,8 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/in_band.h"
 #include "mpi_check.h"
 #include "transport/mpi.h"
+#include "transport/mpi_internal.h"
 
 #define CHUNK 64
 #define NTRANSPORTS 7
@@ -69,6 +73,84 @@ static void check_sizes(struct transport* tp, int upto) {
     free(out[k]);
     free(in[k]);
   }
+}
+
+/* Tagged messages to the right neighbour, after untagged ones on the same pair:
+ * sizes from empty to past the eager limit, tags from 0 to the largest, each
+ * reported with its bytes. Before them a message with another communicator's
+ * tagged MPI tag (what a freed communicator can leave to its successor) reaches
+ * the same MPI communicator; the tagged receive drops it. */
+static void check_tagged(struct transport* tp) {
+  const size_t sizes[] = {0, 1, 256, 4100, 40000};
+  const uint32_t tags[] = {0, 1, (1u << TP_TAG_BITS) - 1, 12345, 0x2aaaaa};
+  enum { N = sizeof sizes / sizeof sizes[0] };
+  int p = tp->nranks, right = (tp->rank + 1) % p, left = (tp->rank + p - 1) % p;
+  struct mpi_tp* t = (struct mpi_tp*)tp;
+  MC_CHECK(tp->agree_in_band, "Open MPI's tags reach 2^31 - 1, yet tagged messages are not offered");
+  unsigned char plain_out = (unsigned char)tp->rank, plain_in = 0xff;
+  unsigned char* out = malloc(sizes[N - 1]);
+  unsigned char* in = malloc(sizes[N - 1]);
+  struct mpi_tp other = *t;
+  other.comm_id ^= 1; /* another communicator's owner bits */
+  MPI_Request stray;
+  MPI_Isend(out, 8, MPI_BYTE, right, (int)mpi_tag_tagged(&other, 7), t->comm, &stray);
+  tp_req plain[2];
+  MC_OK(tp->ops->irecv(tp, left, &plain_in, 1, &plain[0]), NULL);
+  MC_OK(tp->ops->isend(tp, right, &plain_out, 1, &plain[1]), NULL);
+  MC_OK(tp->ops->wait(tp, plain[0]), NULL);
+  MC_OK(tp->ops->wait(tp, plain[1]), NULL);
+  MC_CHECK(plain_in == (unsigned char)left, "the untagged message before the tagged ones carried %d", plain_in);
+  for (int k = 0; k < N; k++) {
+    for (size_t j = 0; j < sizes[k]; j++) out[j] = pattern(tp->rank, k, j);
+    size_t got = (size_t)-1;
+    uint32_t tag = 0xffffffffu;
+    tp_req req[2];
+    MC_OK(tp_irecv_tagged(tp, left, in, sizes[N - 1], &got, &tag, &req[0]), NULL);
+    MC_OK(tp_isend_tagged(tp, right, out, sizes[k], tags[k], &req[1]), NULL);
+    MC_OK(tp->ops->wait(tp, req[0]), NULL);
+    MC_OK(tp->ops->wait(tp, req[1]), NULL);
+    MC_CHECK(got == sizes[k], "tagged message %d: %zu bytes received, %zu sent", k, got, sizes[k]);
+    MC_CHECK(tag == tags[k], "tagged message %d: tag %#x received, %#x sent", k, tag, tags[k]);
+    for (size_t j = 0; j < sizes[k] && j < got; j++)
+      if (in[j] != pattern(left, k, j)) {
+        mc_fail(__FILE__, __LINE__, "tagged message %d: byte %zu differs", k, j);
+        break;
+      }
+  }
+  MPI_Wait(&stray, MPI_STATUS_IGNORE);
+  MC_OK(tp->ops->barrier(tp), NULL);
+  free(out);
+  free(in);
+}
+
+/* Calls whose hashes collide but whose sizes differ (rank r sums r + 1 floats)
+ * are a mismatch on every rank, the receive buffer untouched; calls that agree
+ * sum exactly. */
+static void check_in_band_collision(struct transport* tp) {
+  struct coll_ctx ctx = {.tp = tp, .rank = tp->rank, .nranks = tp->nranks};
+  ctx.scratch_bytes = IN_BAND_SCRATCH_BYTES;
+  ctx.scratch = malloc(ctx.scratch_bytes);
+  float send[16], recv[16];
+  for (int i = 0; i < 16; i++) send[i] = (float)(tp->rank + i);
+  for (int differ = 0; differ <= 1; differ++) {
+    for (int i = 0; i < 16; i++) recv[i] = -1.0f;
+    size_t count = differ ? (size_t)tp->rank + 1 : 5;
+    struct coll_args a = {.sendbuff = send, .recvbuff = recv, .count = count, .dt = gcclFloat32, .op = gcclSum};
+    int agreed = -1;
+    MC_OK(in_band_exchange(&ctx, 0x1234567890abcdefull, &a, &agreed), NULL);
+    int want = !differ || tp->nranks == 1;
+    MC_CHECK(agreed == want, "%s counts under one hash: agreed = %d", differ ? "different" : "equal", agreed);
+    for (int i = 0; i < 16; i++) {
+      int p = tp->nranks;
+      float expect = want && (size_t)i < count ? (float)(p * (p - 1) / 2 + p * i) : -1.0f;
+      if (recv[i] != expect) {
+        mc_fail(__FILE__, __LINE__, "%s counts: element %d is %g, expected %g", differ ? "different" : "equal", i,
+                recv[i], expect);
+        break;
+      }
+    }
+  }
+  free(ctx.scratch);
 }
 
 static void check_collective_primitives(struct transport* tp) {
@@ -183,6 +265,8 @@ int main(int argc, char** argv) {
   check_sizes(tp[0], 1);
   check_sizes(big, 1);
   check_collective_primitives(tp[0]);
+  check_tagged(big);
+  check_in_band_collision(big);
   check_cancel_all(tp[1]);
   if (mc_nranks >= 2) {
     check_size_mismatch(tp[2], 0);
