@@ -154,7 +154,7 @@ static void measure(const struct options* o, struct codec* codecs) {
     char canonical[SPEC_FORMAT_MAX];
     if (spec_parse(o->specs[i], &codecs[i].spec) != gcclSuccess ||
         spec_format(&codecs[i].spec, canonical, sizeof canonical) != gcclSuccess ||
-        cost_codec_measure(canonical, &codecs[i].rates) != gcclSuccess) {
+        cost_codec_measure(canonical, &codecs[i].rates, (struct cost_workspace){NULL, 0}) != gcclSuccess) {
       fprintf(stderr, "gccl-project: cannot measure codec %s\n", o->specs[i]);
       exit(1);
     }

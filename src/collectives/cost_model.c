@@ -53,16 +53,28 @@ static double env_first(const char* sim_name, const char* user_name, double fall
   return x > 0.0 ? x : fallback;
 }
 
+/* ---- measurement buffers ------------------------------------------------------- */
+
+/* `need` bytes for a measurement: the caller's workspace when it holds them
+ * (a communicator's scratch, touched already: an MPI rank's first communicator
+ * paid ~25 ms of first-touch page faults for buffers of its own), else allocated
+ * (*owned set; NULL when out of memory). */
+static unsigned char* measure_buffers(struct cost_workspace ws, size_t need, int* owned) {
+  *owned = ws.bytes < need;
+  return *owned ? malloc(need) : ws.p;
+}
+
 /* ---- the dense reduction rate, once per process -------------------------------- */
 
-static pthread_once_t reduce_once = PTHREAD_ONCE_INIT;
-static double reduce_rate; /* seconds per byte of dst */
+static pthread_mutex_t reduce_mu = PTHREAD_MUTEX_INITIALIZER;
+static double reduce_rate; /* seconds per byte of dst; 0 until measured */
 
-static void measure_reduce(void) {
-  float* a = calloc(MEASURE_COUNT, sizeof *a);
-  float* b = calloc(MEASURE_COUNT, sizeof *b);
+static double measure_reduce(struct cost_workspace ws) {
+  int owned = 0;
+  float* a = (float*)measure_buffers(ws, 2 * MEASURE_COUNT * sizeof(float), &owned);
   double best = 0.0;
-  if (a && b) {
+  if (a) {
+    float* b = a + MEASURE_COUNT;
     for (size_t i = 0; i < MEASURE_COUNT; i++) a[i] = b[i] = (float)(i & 1023);
     for (int r = 0; r < MEASURE_REPS; r++) {
       int64_t t0 = clock_now_ns();
@@ -71,17 +83,24 @@ static void measure_reduce(void) {
       if (r == 0 || s < best) best = s;
     }
   }
+  if (owned) free(a);
   /* Out of memory: assume memory speed (~18 GB/s, DESIGN.md). */
-  reduce_rate = best > 0.0 ? best / (double)(MEASURE_COUNT * sizeof(float)) : 1.0 / 18e9;
-  free(a);
-  free(b);
+  return best > 0.0 ? best / (double)(MEASURE_COUNT * sizeof(float)) : 1.0 / 18e9;
+}
+
+double cost_reduce_rate(struct cost_workspace ws) {
+  pthread_mutex_lock(&reduce_mu);
+  if (reduce_rate == 0.0) reduce_rate = measure_reduce(ws);
+  double rate = reduce_rate;
+  pthread_mutex_unlock(&reduce_mu);
+  return rate;
 }
 
 int cost_model_link_from_env(void) {
   return env_positive("GCCL_SIM_LINK_GBPS") > 0.0 || env_positive("GCCL_LINK_GBPS") > 0.0;
 }
 
-void cost_model_init(struct cost_model* m, int nranks, int local_size) {
+void cost_model_links(struct cost_model* m, int nranks, int local_size) {
   memset(m, 0, sizeof *m);
   m->nranks = nranks;
   m->local_size = local_size > 0 && local_size <= nranks ? local_size : nranks;
@@ -91,8 +110,11 @@ void cost_model_init(struct cost_model* m, int nranks, int local_size) {
   m->inter.alpha = us * 1e-6;
   m->intra.beta = 1.0 / DEFAULT_INTRA_BYTES_PER_S;
   m->intra.alpha = DEFAULT_INTRA_US * 1e-6;
-  pthread_once(&reduce_once, measure_reduce);
-  m->reduce_s_per_byte = reduce_rate;
+}
+
+void cost_model_init(struct cost_model* m, int nranks, int local_size) {
+  cost_model_links(m, nranks, local_size);
+  m->reduce_s_per_byte = cost_reduce_rate((struct cost_workspace){NULL, 0});
 }
 
 /* ---- codec rates, once per spec and process ------------------------------------- */
@@ -123,10 +145,9 @@ static void fill_gaussian(float* x, size_t n) {
 /* powersgd has no frames: its cost is its three steps on one rank (the sums
  * between them are the model's dense allreduces), as encode time; its wire
  * bytes come from its shape (cost_allreduce), not from a per-element rate. */
-static gcclResult_t measure_powersgd(struct gcclCompressor* c, const float* src, struct cost_codec* out) {
+static gcclResult_t measure_powersgd(struct gcclCompressor* c, const float* src, float* out_buf,
+                                     struct cost_codec* out) {
   struct powersgd_state* st = c->state;
-  float* out_buf = malloc(MEASURE_COUNT * sizeof *out_buf);
-  if (!out_buf) return err_set(gcclSystemError, "measuring powersgd: out of memory");
   gcclResult_t res = gcclSuccess;
   double best = 0.0;
   for (int r = 0; r < MEASURE_REPS && res == gcclSuccess; r++) {
@@ -141,31 +162,34 @@ static gcclResult_t measure_powersgd(struct gcclCompressor* c, const float* src,
     double t = (double)(t1 - t0) * 1e-9;
     if (r == 0 || t < best) best = t;
   }
-  free(out_buf);
   out->encode_s_per_elem = best / (double)MEASURE_COUNT;
   out->decode_s_per_elem = 0.0;
   out->wire_bytes_per_elem = 0.0;
   return res;
 }
 
-static gcclResult_t measure_codec(const char* spec_text, struct cost_codec* out) {
+static gcclResult_t measure_codec(const char* spec_text, struct cost_codec* out, struct cost_workspace ws) {
   int64_t start = clock_now_ns();
   struct codec_spec spec;
   GCCL_CHECK(spec_parse(spec_text, &spec));
   struct gcclCompressor* c = NULL;
   GCCL_CHECK(compressor_create(&c, &spec, MEASURE_COUNT, gcclFloat32));
   gcclResult_t res = gcclSuccess;
-  size_t cap = compressor_bound_f32(c, MEASURE_COUNT);
-  float* src = malloc(MEASURE_COUNT * sizeof *src);
-  float* sum = calloc(MEASURE_COUNT, sizeof *sum);
-  void* frame = malloc(cap);
-  if (!src || !sum || !frame) {
+  /* The tensor, the sums, then the frame (or powersgd's output). */
+  size_t cap = compressor_bound_f32(c, MEASURE_COUNT), vec = MEASURE_COUNT * sizeof(float);
+  int owned = 0;
+  unsigned char* mem = measure_buffers(ws, 2 * vec + (cap > vec ? cap : vec), &owned);
+  if (!mem) {
     res = err_set(gcclSystemError, "measuring codec %s: out of memory", spec_text);
     goto done;
   }
+  float* src = (float*)mem;
+  float* sum = (float*)(mem + vec);
+  void* frame = mem + 2 * vec;
+  memset(sum, 0, vec);
   fill_gaussian(src, MEASURE_COUNT);
   if (spec.codec == CODEC_POWERSGD) {
-    res = measure_powersgd(c, src, out);
+    res = measure_powersgd(c, src, frame, out);
     goto done;
   }
   double best_enc = 0.0, best_dec = 0.0;
@@ -195,14 +219,12 @@ static gcclResult_t measure_codec(const char* spec_text, struct cost_codec* out)
               4e-9 / fmax(out->decode_s_per_elem, 1e-15), out->wire_bytes_per_elem);
   }
 done:
-  free(src);
-  free(sum);
-  free(frame);
+  if (owned) free(mem);
   compressor_destroy(c);
   return res;
 }
 
-gcclResult_t cost_codec_measure(const char* spec_text, struct cost_codec* out) {
+gcclResult_t cost_codec_measure(const char* spec_text, struct cost_codec* out, struct cost_workspace ws) {
   /* Held through the measurement: ranks of one process that ask together wait
    * for the first one's numbers instead of measuring (and disagreeing) each. */
   pthread_mutex_lock(&codec_cache_mu);
@@ -214,7 +236,7 @@ gcclResult_t cost_codec_measure(const char* spec_text, struct cost_codec* out) {
       return gcclSuccess;
     }
   struct cost_codec rates;
-  gcclResult_t res = measure_codec(spec_text, &rates);
+  gcclResult_t res = measure_codec(spec_text, &rates, ws);
   if (res == gcclSuccess) {
     /* More specs than slots in one process: the oldest is measured again later. */
     struct codec_cache_slot* slot = &codec_cache[codec_cache_used++ % CODEC_CACHE_SLOTS];

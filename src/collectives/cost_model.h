@@ -50,9 +50,22 @@ struct cost_codec {
   double wire_bytes_per_elem; /* frame bytes / elements, on Gaussian data */
 };
 
+/* Memory a measurement may use instead of allocating its own: a communicator's
+ * scratch, touched already, spares it first-touch page faults (~11 us a page).
+ * Too small, or {NULL, 0}: the measurement allocates. */
+struct cost_workspace {
+  void* p;
+  size_t bytes;
+};
+
 /* Fills *m for nranks ranks, local_size per node: links from the environment and
- * the dense reduction rate (measured on the first call in the process). */
+ * the dense reduction rate (cost_reduce_rate). */
 void cost_model_init(struct cost_model* m, int nranks, int local_size);
+/* The same without the reduction rate, left 0 for the caller to fill. */
+void cost_model_links(struct cost_model* m, int nranks, int local_size);
+/* Seconds per byte of dst of the dense reduction dst += src on fp32, measured on
+ * the first call in the process (in ws where it fits) and cached. */
+double cost_reduce_rate(struct cost_workspace ws);
 
 /* Whether the environment names the link between nodes (GCCL_SIM_LINK_GBPS or
  * GCCL_LINK_GBPS): then it is not measured (dropin_measure). */
@@ -62,9 +75,9 @@ int cost_model_link_from_env(void);
  * of fp32 accepts: the drop-in's, checked when it was made), measured on the
  * first call for that spec in the process and cached: encode and decode-
  * accumulate of a 1 Mi-element fp32 buffer, best of a few repetitions. Callers of
- * one process get the same numbers. Errors: gcclSystemError (out of memory), the
- * codec's own. */
-gcclResult_t cost_codec_measure(const char* spec_text, struct cost_codec* out);
+ * one process get the same numbers. Its buffers come from ws where they fit.
+ * Errors: gcclSystemError (out of memory), the codec's own. */
+gcclResult_t cost_codec_measure(const char* spec_text, struct cost_codec* out, struct cost_workspace ws);
 
 /* Predicted seconds of an allreduce of `count` elements of `elem_bytes` bytes:
  * dense with algorithm `algo` (ring, rhd, tree, hier), or compressed with codec

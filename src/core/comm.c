@@ -99,7 +99,7 @@ gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks, int node_size, in
   c->forced_algo = algo_from_name(algo);
   if (algo && c->forced_algo == ALGO_AUTO)
     GCCL_WARN("ignoring GCCL_ALGO=%s: not an algorithm's name (README lists them)", algo);
-  res = dropin_create(&c->dropin, nranks, c->ctx.local_size);
+  res = dropin_create(&c->dropin, nranks, c->ctx.local_size, !network);
   if (res == gcclSuccess) res = comm_faults_read(c);
   if (res == gcclSuccess) res = handle_add(HANDLE_COMM, c);
   if (res != gcclSuccess) {

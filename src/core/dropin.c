@@ -2,6 +2,7 @@
  * bounded table of their error-feedback state (see dropin.h). */
 #include "core/dropin.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +46,7 @@ struct dropin {
 
 #define AUTO_PREFIX "auto:"
 
-gcclResult_t dropin_create(struct dropin** out, int nranks, int local_size) {
+gcclResult_t dropin_create(struct dropin** out, int nranks, int local_size, int measure) {
   *out = NULL;
   const char* env = env_str("GCCL_COMPRESS");
   if (!env) return gcclSuccess;
@@ -79,11 +80,14 @@ gcclResult_t dropin_create(struct dropin** out, int nranks, int local_size) {
     bound = DROPIN_TABLE_DEFAULT;
   }
   d->bound = (size_t)bound;
-  cost_model_init(&d->model, nranks, local_size);
-  if (auto_mode && cost_codec_measure(d->spec_text, &d->rates) != gcclSuccess) {
-    GCCL_WARN("ignoring GCCL_COMPRESS=%s: measuring the codec failed (%s); allreduce stays dense", env, err_last());
-    free(d);
-    return gcclSuccess;
+  cost_model_links(&d->model, nranks, local_size);
+  if (auto_mode && measure) {
+    d->model.reduce_s_per_byte = cost_reduce_rate((struct cost_workspace){NULL, 0});
+    if (cost_codec_measure(d->spec_text, &d->rates, (struct cost_workspace){NULL, 0}) != gcclSuccess) {
+      GCCL_WARN("ignoring GCCL_COMPRESS=%s: measuring the codec failed (%s); allreduce stays dense", env, err_last());
+      free(d);
+      return gcclSuccess;
+    }
   }
   pthread_mutex_init(&d->mu, NULL);
   GCCL_INFO(LOG_INIT, "GCCL_COMPRESS: allreduce of float tensors >= %zu bytes with sum/avg %s %s; table of %zu buffers",
@@ -152,12 +156,28 @@ int dropin_measures(gcclComm_t comm) {
   return comm->dropin && comm->dropin->auto_mode;
 }
 
+/* Rank 0's host figures, in the communicator's scratch (no call runs yet). A
+ * codec that cannot be measured is taken as infinitely slow: auto: stays dense. */
+static void measure_host(gcclComm_t comm, struct dropin_figures* mine) {
+  struct dropin* d = comm->dropin;
+  struct cost_workspace ws = {comm->ctx.scratch, comm->ctx.scratch_bytes};
+  mine->reduce_s_per_byte = cost_reduce_rate(ws);
+  if (cost_codec_measure(d->spec_text, &mine->rates, ws) != gcclSuccess) {
+    GCCL_WARN("GCCL_COMPRESS=auto:%s: measuring the codec failed (%s); allreduce stays dense", d->spec_text,
+              err_last());
+    mine->rates.encode_s_per_elem = INFINITY;
+  }
+}
+
 gcclResult_t dropin_measure(gcclComm_t comm) {
   struct dropin* d = comm->dropin;
   if (!dropin_measures(comm)) return gcclSuccess;
   int64_t start = clock_now_ns();
   struct dropin_figures mine = {d->model.inter, d->rates, d->model.reduce_s_per_byte, 0, 0};
+  /* On one node auto: never compresses, so nothing is measured there; across
+   * nodes only rank 0's figures count, so only rank 0 times this host. */
   int spans_nodes = comm->ctx.local_size < comm->nranks;
+  if (spans_nodes && comm->rank == 0) measure_host(comm, &mine);
   if (spans_nodes && !cost_model_link_from_env()) {
     GCCL_CHECK(link_probe(comm, &mine.inter));
     mine.measured = 1;
@@ -280,7 +300,7 @@ gcclCompressor_t dropin_compressor_for(gcclComm_t comm, const void* buf, size_t 
 
 gcclResult_t dropin_reload(gcclComm_t comm) {
   struct dropin* fresh;
-  GCCL_CHECK(dropin_create(&fresh, comm->nranks, comm->ctx.local_size));
+  GCCL_CHECK(dropin_create(&fresh, comm->nranks, comm->ctx.local_size, 1));
   dropin_destroy(comm->dropin);
   comm->dropin = fresh;
   return gcclSuccess;

@@ -63,20 +63,22 @@ struct dropin_stats {
 
 /* Reads GCCL_COMPRESS, GCCL_COMPRESS_MIN_BYTES and GCCL_COMPRESS_TABLE for a
  * communicator of nranks ranks, local_size per node. *out is NULL when the
- * drop-in is off (unset, invalid, or codec none). With auto:SPEC the codec's
- * rates are measured here (once per process). Errors: gcclSystemError (out of
- * memory). */
-gcclResult_t dropin_create(struct dropin** out, int nranks, int local_size);
+ * drop-in is off (unset, invalid, or codec none). With auto:SPEC and `measure`
+ * (thread ranks), the codec's and the reduction's rates are measured here (once
+ * per process); without (MPI ranks), dropin_measure brings rank 0's. Errors:
+ * gcclSystemError (out of memory). */
+gcclResult_t dropin_create(struct dropin** out, int nranks, int local_size, int measure);
 void dropin_destroy(struct dropin* d);
 
 /* Whether dropin_measure has work on comm (GCCL_COMPRESS=auto:SPEC): every rank
  * of an MPI communicator must agree before any calls it. */
 int dropin_measures(gcclComm_t comm);
 /* auto:SPEC on a communicator of processes, once its transport works, on every
- * rank: times the link between nodes (core/link_probe.h) unless the environment
- * names it, and gives every rank rank 0's link, codec and reduction figures, so
- * that all decide alike. Nothing to do when the drop-in is off or not auto.
- * Errors: the transport's. */
+ * rank: when the ranks span nodes, rank 0 measures the codec's and the
+ * reduction's rates in the communicator's scratch, the link between nodes is
+ * timed (core/link_probe.h) unless the environment names it, and every rank takes
+ * rank 0's link, codec and reduction figures, so that all decide alike. Nothing to do when the drop-in is off or not
+ * auto. Errors: the transport's. */
 gcclResult_t dropin_measure(gcclComm_t comm);
 
 /* For a plain allreduce `a` on comm, whose arguments passed the collective's

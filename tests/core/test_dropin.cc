@@ -493,6 +493,8 @@ TEST(DropIn, AutoPowerSgdCompressesOnlyOnTheSlowLink) {
   }
 }
 
+const cost_workspace kNoWorkspace = {nullptr, 0};
+
 // ---- the model itself ------------------------------------------------------------
 
 // A model from the environment, with the measured reduction rate replaced by a
@@ -583,21 +585,42 @@ TEST(CostModel, PowerSgdIsItsProductsAndTwoRingsOfFactors) {
   coll_algo best;
   EXPECT_LT(cost_allreduce(&m, ALGO_POWERSGD, count, 4, &spec, &c, 1), cost_best_dense_allreduce(&m, count, 4, &best));
   cost_codec measured;
-  ASSERT_EQ(cost_codec_measure("powersgd:rank=4", &measured), gcclSuccess);  // no frames to measure: its steps
+  ASSERT_EQ(cost_codec_measure("powersgd:rank=4", &measured, kNoWorkspace),
+            gcclSuccess);  // no frames to measure: its steps
   EXPECT_GT(measured.encode_s_per_elem, 0.0);
+}
+
+// An MPI communicator measures in its scratch: the buffers are carved from the
+// workspace, which holds them (tensor, sums, frame: 12 MiB), and nothing past them
+// is written; a workspace too small is left alone.
+TEST(CostModel, CodecRatesAreMeasuredInTheWorkspaceWhenItFits) {
+  const size_t big = size_t{16} << 20, vec = size_t{4} << 20;
+  std::vector<unsigned char> ws(big + 64, 0xa5), small(1024, 0xa5);
+  cost_codec rates, other;
+  ASSERT_EQ(cost_codec_measure("uniform:bits=3", &rates, cost_workspace{ws.data(), big}), gcclSuccess);
+  EXPECT_GT(rates.encode_s_per_elem, 0.0);
+  EXPECT_GT(rates.decode_s_per_elem, 0.0);
+  size_t written = 0;
+  for (size_t i = 0; i < 2 * vec; i++) written += ws[i] != 0xa5;
+  EXPECT_GT(written, vec);  // the tensor and the sums were there
+  for (size_t i = 3 * vec; i < ws.size(); i++)
+    ASSERT_EQ(ws[i], 0xa5) << "byte " << i << " past the buffers was written";
+  ASSERT_EQ(cost_codec_measure("uniform:bits=5", &other, cost_workspace{small.data(), small.size()}), gcclSuccess);
+  for (unsigned char b : small) ASSERT_EQ(b, 0xa5);
+  EXPECT_GT(other.encode_s_per_elem, 0.0);
 }
 
 TEST(CostModel, CodecRatesAreMeasuredOncePerProcess) {
   cost_codec a, b;
-  ASSERT_EQ(cost_codec_measure("fp16:ef=0", &a), gcclSuccess);
-  ASSERT_EQ(cost_codec_measure("fp16:ef=0", &b), gcclSuccess);
+  ASSERT_EQ(cost_codec_measure("fp16:ef=0", &a, kNoWorkspace), gcclSuccess);
+  ASSERT_EQ(cost_codec_measure("fp16:ef=0", &b, kNoWorkspace), gcclSuccess);
   EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0);  // the cached numbers, bit for bit
   EXPECT_GT(a.encode_s_per_elem, 0.0);
   EXPECT_GT(a.decode_s_per_elem, 0.0);
   EXPECT_GT(a.wire_bytes_per_elem, 1.9);  // 2 bytes an element, plus the header
   EXPECT_LT(a.wire_bytes_per_elem, 2.1);
   cost_codec bad;
-  EXPECT_NE(cost_codec_measure("nonsense", &bad), gcclSuccess);
+  EXPECT_NE(cost_codec_measure("nonsense", &bad, kNoWorkspace), gcclSuccess);
 }
 
 }  // namespace
