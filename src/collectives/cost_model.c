@@ -23,8 +23,10 @@
 #define DEFAULT_INTRA_BYTES_PER_S 10e9
 #define DEFAULT_INTRA_US 1.0
 
-/* The measurements: 1 Mi elements (large enough to leave the caches, small enough
- * to take milliseconds), best of MEASURE_REPS. */
+/* The measurements at creation: 1 Mi elements, small enough to take milliseconds
+ * (and to fit a communicator's scratch), best of MEASURE_REPS. They stay in a
+ * large L3 (32 MiB here), so a memory-bound codec measures faster than it runs on
+ * a tensor of 100 MiB; cost_codec_measure_at takes the size to measure at. */
 #define MEASURE_COUNT ((size_t)1 << 20)
 #define MEASURE_REPS 3
 /* ... or two when they took this long (auto:'s probe at creation, link and
@@ -69,28 +71,32 @@ static unsigned char* measure_buffers(struct cost_workspace ws, size_t need, int
 static pthread_mutex_t reduce_mu = PTHREAD_MUTEX_INITIALIZER;
 static double reduce_rate; /* seconds per byte of dst; 0 until measured */
 
-static double measure_reduce(struct cost_workspace ws) {
+static double measure_reduce(size_t count, struct cost_workspace ws) {
   int owned = 0;
-  float* a = (float*)measure_buffers(ws, 2 * MEASURE_COUNT * sizeof(float), &owned);
+  float* a = (float*)measure_buffers(ws, 2 * count * sizeof(float), &owned);
   double best = 0.0;
   if (a) {
-    float* b = a + MEASURE_COUNT;
-    for (size_t i = 0; i < MEASURE_COUNT; i++) a[i] = b[i] = (float)(i & 1023);
+    float* b = a + count;
+    for (size_t i = 0; i < count; i++) a[i] = b[i] = (float)(i & 1023);
     for (int r = 0; r < MEASURE_REPS; r++) {
       int64_t t0 = clock_now_ns();
-      reduce_2(a, a, b, MEASURE_COUNT, gcclFloat32, gcclSum);
+      reduce_2(a, a, b, count, gcclFloat32, gcclSum);
       double s = (double)(clock_now_ns() - t0) * 1e-9;
       if (r == 0 || s < best) best = s;
     }
   }
   if (owned) free(a);
   /* Out of memory: assume memory speed (~18 GB/s, DESIGN.md). */
-  return best > 0.0 ? best / (double)(MEASURE_COUNT * sizeof(float)) : 1.0 / 18e9;
+  return best > 0.0 ? best / (double)(count * sizeof(float)) : 1.0 / 18e9;
+}
+
+double cost_reduce_rate_at(size_t count) {
+  return measure_reduce(count, (struct cost_workspace){NULL, 0});
 }
 
 double cost_reduce_rate(struct cost_workspace ws) {
   pthread_mutex_lock(&reduce_mu);
-  if (reduce_rate == 0.0) reduce_rate = measure_reduce(ws);
+  if (reduce_rate == 0.0) reduce_rate = measure_reduce(MEASURE_COUNT, ws);
   double rate = reduce_rate;
   pthread_mutex_unlock(&reduce_mu);
   return rate;
@@ -145,7 +151,7 @@ static void fill_gaussian(float* x, size_t n) {
 /* powersgd has no frames: its cost is its three steps on one rank (the sums
  * between them are the model's dense allreduces), as encode time; its wire
  * bytes come from its shape (cost_allreduce), not from a per-element rate. */
-static gcclResult_t measure_powersgd(struct gcclCompressor* c, const float* src, float* out_buf,
+static gcclResult_t measure_powersgd(struct gcclCompressor* c, const float* src, size_t count, float* out_buf,
                                      struct cost_codec* out) {
   struct powersgd_state* st = c->state;
   gcclResult_t res = gcclSuccess;
@@ -162,21 +168,22 @@ static gcclResult_t measure_powersgd(struct gcclCompressor* c, const float* src,
     double t = (double)(t1 - t0) * 1e-9;
     if (r == 0 || t < best) best = t;
   }
-  out->encode_s_per_elem = best / (double)MEASURE_COUNT;
+  out->encode_s_per_elem = best / (double)count;
   out->decode_s_per_elem = 0.0;
   out->wire_bytes_per_elem = 0.0;
   return res;
 }
 
-static gcclResult_t measure_codec(const char* spec_text, struct cost_codec* out, struct cost_workspace ws) {
+static gcclResult_t measure_codec(const char* spec_text, size_t count, struct cost_codec* out,
+                                  struct cost_workspace ws) {
   int64_t start = clock_now_ns();
   struct codec_spec spec;
   GCCL_CHECK(spec_parse(spec_text, &spec));
   struct gcclCompressor* c = NULL;
-  GCCL_CHECK(compressor_create(&c, &spec, MEASURE_COUNT, gcclFloat32));
+  GCCL_CHECK(compressor_create(&c, &spec, count, gcclFloat32));
   gcclResult_t res = gcclSuccess;
   /* The tensor, the sums, then the frame (or powersgd's output). */
-  size_t cap = compressor_bound_f32(c, MEASURE_COUNT), vec = MEASURE_COUNT * sizeof(float);
+  size_t cap = compressor_bound_f32(c, count), vec = count * sizeof(float);
   int owned = 0;
   unsigned char* mem = measure_buffers(ws, 2 * vec + (cap > vec ? cap : vec), &owned);
   if (!mem) {
@@ -187,9 +194,9 @@ static gcclResult_t measure_codec(const char* spec_text, struct cost_codec* out,
   float* sum = (float*)(mem + vec);
   void* frame = mem + 2 * vec;
   memset(sum, 0, vec);
-  fill_gaussian(src, MEASURE_COUNT);
+  fill_gaussian(src, count);
   if (spec.codec == CODEC_POWERSGD) {
-    res = measure_powersgd(c, src, frame, out);
+    res = measure_powersgd(c, src, count, frame, out);
     goto done;
   }
   double best_enc = 0.0, best_dec = 0.0;
@@ -199,20 +206,20 @@ static gcclResult_t measure_codec(const char* spec_text, struct cost_codec* out,
     /* The first repetition touches the frame's pages: two at least, then within the budget. */
     if (r > 1 && clock_now_ns() - loop > MEASURE_BUDGET_NS) break;
     int64_t t0 = clock_now_ns();
-    res = compressor_encode_f32(c, src, gcclFloat32, 0, MEASURE_COUNT, EF_ADD, 0, frame, cap, &bytes);
+    res = compressor_encode_f32(c, src, gcclFloat32, 0, count, EF_ADD, 0, frame, cap, &bytes);
     int64_t t1 = clock_now_ns();
     compressor_abort(c); /* a measurement, not a call: the residual stays zero */
     if (res != gcclSuccess) break;
-    res = frame_decode_accumulate(frame, bytes, sum, MEASURE_COUNT, gcclFloat32);
+    res = frame_decode_accumulate(frame, bytes, sum, count, gcclFloat32);
     int64_t t2 = clock_now_ns();
     double enc = (double)(t1 - t0) * 1e-9, dec = (double)(t2 - t1) * 1e-9;
     if (r == 0 || enc < best_enc) best_enc = enc;
     if (r == 0 || dec < best_dec) best_dec = dec;
   }
   if (res == gcclSuccess) {
-    out->encode_s_per_elem = best_enc / (double)MEASURE_COUNT;
-    out->decode_s_per_elem = best_dec / (double)MEASURE_COUNT;
-    out->wire_bytes_per_elem = (double)bytes / (double)MEASURE_COUNT;
+    out->encode_s_per_elem = best_enc / (double)count;
+    out->decode_s_per_elem = best_dec / (double)count;
+    out->wire_bytes_per_elem = (double)bytes / (double)count;
     GCCL_INFO(LOG_TUNING,
               "codec %s measured in %.1f ms: encode %.2f GB/s, decode-accumulate %.2f GB/s, %.3f wire bytes/element",
               spec_text, (double)(clock_now_ns() - start) * 1e-6, 4e-9 / fmax(out->encode_s_per_elem, 1e-15),
@@ -236,7 +243,7 @@ gcclResult_t cost_codec_measure(const char* spec_text, struct cost_codec* out, s
       return gcclSuccess;
     }
   struct cost_codec rates;
-  gcclResult_t res = measure_codec(spec_text, &rates, ws);
+  gcclResult_t res = measure_codec(spec_text, MEASURE_COUNT, &rates, ws);
   if (res == gcclSuccess) {
     /* More specs than slots in one process: the oldest is measured again later. */
     struct codec_cache_slot* slot = &codec_cache[codec_cache_used++ % CODEC_CACHE_SLOTS];
@@ -246,6 +253,11 @@ gcclResult_t cost_codec_measure(const char* spec_text, struct cost_codec* out, s
   }
   pthread_mutex_unlock(&codec_cache_mu);
   return res;
+}
+
+gcclResult_t cost_codec_measure_at(const char* spec_text, size_t count, struct cost_codec* out) {
+  if (count == 0) return err_set(gcclInvalidArgument, "measuring codec %s on no elements", spec_text);
+  return measure_codec(spec_text, count, out, (struct cost_workspace){NULL, 0});
 }
 
 /* ---- the formulas ------------------------------------------------------------------ */

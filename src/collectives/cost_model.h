@@ -79,6 +79,14 @@ int cost_model_link_from_env(void);
  * Errors: gcclSystemError (out of memory), the codec's own. */
 gcclResult_t cost_codec_measure(const char* spec_text, struct cost_codec* out, struct cost_workspace ws);
 
+/* The same rates, and the reduction's, measured now on `count` elements and not
+ * cached: 1 Mi elements stay in this machine's caches, and a memory-bound codec
+ * (random-k's error feedback) ran 1.6x slower per element on 100 MiB
+ * (gccl-project measures at the size it projects). Errors: as cost_codec_measure,
+ * gcclInvalidArgument for count 0. */
+gcclResult_t cost_codec_measure_at(const char* spec_text, size_t count, struct cost_codec* out);
+double cost_reduce_rate_at(size_t count);
+
 /* Predicted seconds of an allreduce of `count` elements of `elem_bytes` bytes:
  * dense with algorithm `algo` (ring, rhd, tree, hier), or compressed with codec
  * rates c and spec s with algorithm `algo` (sra, ring-requant, sparse-ag,

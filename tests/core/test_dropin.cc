@@ -610,6 +610,21 @@ TEST(CostModel, CodecRatesAreMeasuredInTheWorkspaceWhenItFits) {
   EXPECT_GT(other.encode_s_per_elem, 0.0);
 }
 
+// The projection measures at the size it projects: the count is the one asked for
+// (the frame header weighs more per element on fewer elements), nothing is cached,
+// and no elements is an error.
+TEST(CostModel, CodecRatesCanBeMeasuredAtAGivenSize) {
+  cost_codec small, cached;
+  ASSERT_EQ(cost_codec_measure_at("fp16:ef=0", 4096, &small), gcclSuccess);
+  ASSERT_EQ(cost_codec_measure("fp16:ef=0", &cached, kNoWorkspace), gcclSuccess);
+  EXPECT_GT(small.encode_s_per_elem, 0.0);
+  EXPECT_GT(small.wire_bytes_per_elem, cached.wire_bytes_per_elem);
+  EXPECT_NEAR(small.wire_bytes_per_elem, 2.0, 0.1);
+  cost_codec none;
+  EXPECT_EQ(cost_codec_measure_at("fp16:ef=0", 0, &none), gcclInvalidArgument);
+  EXPECT_GT(cost_reduce_rate_at(4096), 0.0);
+}
+
 TEST(CostModel, CodecRatesAreMeasuredOncePerProcess) {
   cost_codec a, b;
   ASSERT_EQ(cost_codec_measure("fp16:ef=0", &a, kNoWorkspace), gcclSuccess);
