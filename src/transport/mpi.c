@@ -41,6 +41,8 @@
  * node MPI copies through shared memory inside the polls themselves, and napping
  * cost up to a third of the busbw (BENCHMARKS.md): there waits spin for 1 s. */
 #define MT_SPIN_US_DEFAULT 100
+#define MT_SPIN_US_ONE_NODE 1000000
+#define MT_NAP_NS 50000L /* 50 us */
 /* The first polls of a wait neither read the clock nor give the core away: a
  * small message on its way arrives within them, and a yield at once added a trip
  * through the scheduler to every step of a small allreduce (2.5x MPI_Allreduce's
@@ -50,8 +52,6 @@
 /* How often asking whether the transport broke also polls for a peer's control
  * message (mt_broken; by the coarse clock, whose tick is a few ms). */
 #define MT_CONTROL_POLL_NS 1000000
-#define MT_SPIN_US_ONE_NODE 1000000
-#define MT_NAP_NS 50000L /* 50 us */
 /* How long cancel_all and destroy give withdrawn requests to settle (never more
  * than the timeout): Open MPI cannot cancel a send, and a receive that has
  * matched completes only once its sender progresses. */
