@@ -77,8 +77,8 @@ int dropin_measures(gcclComm_t comm);
  * rank: when the ranks span nodes, rank 0 measures the codec's and the
  * reduction's rates in the communicator's scratch, the link between nodes is
  * timed (core/link_probe.h) unless the environment names it, and every rank takes
- * rank 0's link, codec and reduction figures, so that all decide alike. Nothing to do when the drop-in is off or not
- * auto. Errors: the transport's. */
+ * rank 0's link, codec and reduction figures, so that all decide alike. Nothing
+ * to do when the drop-in is off or not auto. Errors: the transport's. */
 gcclResult_t dropin_measure(gcclComm_t comm);
 
 /* For a plain allreduce `a` on comm, whose arguments passed the collective's

@@ -20,9 +20,11 @@
  * were all received, and the control receive, posted at creation, takes control
  * messages first. What it does meet, a message that a freed communicator left to
  * the one made with its context id, or a second control message after the
- * transport broke, is dropped and the receive posted again. (A second private
- * communicator for tagged messages was tried: after a failed call's stranded
- * send, Open MPI's context-id agreement for the next communicator never ended.) */
+ * transport broke, is dropped and the receive posted again (one longer than the
+ * receive fails it, as any message would, and breaks the transport). A second
+ * private communicator for tagged messages was tried: after a failed call's
+ * stranded send, Open MPI's context-id agreement for the next communicator never
+ * ended. */
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
