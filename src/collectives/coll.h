@@ -92,6 +92,14 @@ static inline struct coll_args coll_call(enum coll_kind kind, const void* sendbu
 
 /* What an algorithm may use: the transport, the communicator's scratch, and (for
  * direct algorithms on a shared address space) every rank's buffers. */
+/* The crossovers of a dense allreduce across nodes, from what a communicator
+ * measured of the network between them at creation (tuner_net_from_link); a zero
+ * field keeps the tuner's default, which was tuned on shared memory. */
+struct tuner_net {
+  size_t rhd_max_bytes;     /* rhd up to here, the ring above */
+  size_t halving_min_bytes; /* the in-band allreduce halves above here, from 4 ranks on; doubles at 2 */
+};
+
 struct coll_ctx {
   struct transport* tp;
   int rank;
@@ -108,6 +116,7 @@ struct coll_ctx {
   void* work;
   size_t work_bytes;
   struct hier_state* hier; /* hier.c's views and sub-contexts, made on first use */
+  struct tuner_net net;    /* zeros unless the ranks span nodes of a network */
 };
 
 /* Points *out at a workspace of at least `bytes` (64-byte aligned, pre-touched),

@@ -27,6 +27,7 @@
 #define GCCL_COLLECTIVES_COST_MODEL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "collectives/coll.h"
 #include "compress/spec.h"
@@ -41,6 +42,16 @@ struct cost_model {
   int local_size; /* ranks per node (coll_ctx.local_size) */
   struct cost_link intra, inter;
   double reduce_s_per_byte; /* dense reduction dst += src, per byte of dst */
+};
+
+/* The network between nodes as an MPI communicator measured it at creation
+ * (core/link_probe.h): rank 0's figures, or the environment's, on every rank. */
+struct link_figures {
+  double alpha;     /* seconds per message: half a small round trip */
+  double beta;      /* seconds per byte of a long message */
+  double duplex;    /* a pair's long exchange both ways over one way, >= 1 */
+  int32_t measured; /* timed, not named by GCCL_LINK_GBPS nor the default */
+  int32_t pad;
 };
 
 /* A codec's measured rates, for fp32 tensors (collective frames carry fp32). */

@@ -114,7 +114,8 @@ static gcclResult_t hier_state_make(const struct coll_ctx* ctx, struct hier_stat
                                 .nranks = nodes,
                                 .scratch = ctx->scratch,
                                 .scratch_bytes = ctx->scratch_bytes,
-                                .local_size = nodes};
+                                .local_size = nodes,
+                                .net = ctx->net};
   }
   free(members);
   if (res != gcclSuccess) {
@@ -227,7 +228,8 @@ static gcclResult_t inter_dense(struct hier_state* st, const struct coll_args* a
     char* share = b->sums + (size_t)k * b->stride;
     struct coll_args sub = {
         .kind = COLL_ALLREDUCE, .sendbuff = share, .recvbuff = share, .count = len, .dt = a->dt, .op = op};
-    enum coll_algo algo = tuner_choose(COLL_ALLREDUCE, len * dtype_size(a->dt), st->nodes, 1, 0, ALGO_AUTO);
+    enum coll_algo algo =
+        tuner_choose(COLL_ALLREDUCE, len * dtype_size(a->dt), st->nodes, 1, 0, &sh->ctx.net, ALGO_AUTO);
     GCCL_CHECK(coll_run(&sh->ctx, &sub, algo));
   }
   return gcclSuccess;
@@ -274,7 +276,7 @@ static gcclResult_t allreduce_flat(struct coll_ctx* ctx, const struct coll_args*
   enum coll_algo algo =
       a->comp ? tuner_choose_compressed(COLL_ALLREDUCE, &a->comp->spec, a->count, ctx->nranks, ctx->nranks, ALGO_AUTO)
               : tuner_choose(COLL_ALLREDUCE, bytes, ctx->nranks, ctx->nranks,
-                             ctx->tp->shares_address_space ? TUNER_SHARED_ADDRESS : 0u, ALGO_AUTO);
+                             ctx->tp->shares_address_space ? TUNER_SHARED_ADDRESS : 0u, &ctx->net, ALGO_AUTO);
   return coll_run(ctx, &sum, algo);
 }
 

@@ -31,7 +31,8 @@
 static gcclResult_t sum_over_ranks(struct coll_ctx* ctx, float* x, size_t n) {
   struct coll_args sum = {
       .kind = COLL_ALLREDUCE, .sendbuff = x, .recvbuff = x, .count = n, .dt = gcclFloat32, .op = gcclSum};
-  return coll_run(ctx, &sum, tuner_choose(COLL_ALLREDUCE, n * sizeof(float), ctx->nranks, ctx->nranks, 0, ALGO_AUTO));
+  return coll_run(ctx, &sum,
+                  tuner_choose(COLL_ALLREDUCE, n * sizeof(float), ctx->nranks, ctx->nranks, 0, &ctx->net, ALGO_AUTO));
 }
 
 gcclResult_t allreduce_powersgd(struct coll_ctx* ctx, const struct coll_args* a) {

@@ -87,7 +87,7 @@ gcclResult_t allreduce_randk(struct coll_ctx* ctx, const struct coll_args* a) {
   topk_values_get(base + FRAME_HEADER_BYTES, (enum spec_values)h.values, k, values);
   struct coll_args dense = {
       .kind = COLL_ALLREDUCE, .sendbuff = values, .recvbuff = values, .count = k, .dt = gcclFloat32, .op = gcclSum};
-  GCCL_CHECK(coll_run(ctx, &dense, tuner_choose(COLL_ALLREDUCE, k * sizeof(float), p, p, 0, ALGO_AUTO)));
+  GCCL_CHECK(coll_run(ctx, &dense, tuner_choose(COLL_ALLREDUCE, k * sizeof(float), p, p, 0, &ctx->net, ALGO_AUTO)));
 
   /* the sum frame: header as mine but fp32 values; overflowed sums as exceptions */
   unsigned char* exc = sum_frame + FRAME_HEADER_BYTES + k * sizeof(float);

@@ -5,6 +5,7 @@
 
 #include "collectives/in_band.h"
 #include "compress/spec.h"
+#include "core/link_probe.h"
 
 /* Latency-bound below this many bytes: log p hops beat 2(p-1) ring steps. */
 #define TUNER_TREE_MAX_BYTES (64u << 10)
@@ -20,8 +21,57 @@ unsigned tuner_caps(const struct transport* tp) {
   return (tp->shares_address_space ? TUNER_SHARED_ADDRESS : 0u) | (tp->agree_in_band ? TUNER_IN_BAND : 0u);
 }
 
+/* Bounds on the crossovers a measurement may set. rhd keeps 512 KiB at least: the
+ * probe's round trips of one message at a time do not see what a long message
+ * costs inside a schedule, and on the 1 Gbit/s test bed (4 ranks) the ring took
+ * 1.7-1.8x Open MPI's allreduce at exactly 512 KiB, rhd 1.0x; from 1 MiB the ring
+ * won (0.85x and less). Neither crossover moves past the defaults' range. */
+#define TUNER_NET_RHD_MIN_BYTES (512u << 10)
+#define TUNER_NET_HALVING_MIN_BYTES ((size_t)1 << 10)
+
+static double log2_of(int p) {
+  double l = 0;
+  while ((1 << (int)l) < p) l++;
+  return l;
+}
+
+/* In band, doubling sends log q messages of n, halving-doubling 2 log q of
+ * n/2, n/4, ... (2 (q-1)/q n in all), with the same partners: halving wins once
+ *   log q alpha  <  n beta (log q - 2 (q-1)/q).
+ * No duplex factor here: a pair's short exchange both ways fits the TCP window
+ * and the token bucket's burst, where the long one measured for it does not.
+ * (1 Gbit/s test bed, 4 ranks: halving at 4 KiB took 1.7x MPI_Allreduce, doubling
+ * at 16 KiB 1.35x; this gives 6-11 KiB there. BENCHMARKS.md.) */
+static size_t halving_min_bytes(const struct link_figures* link, int q) {
+  if (q < 4) return IN_BAND_MAX_BYTES; /* with 2 ranks halving only adds a step */
+  double lq = log2_of(q), gain = lq - 2.0 * (q - 1) / q, n = lq * link->alpha / (link->beta * gain);
+  return n < TUNER_NET_HALVING_MIN_BYTES ? TUNER_NET_HALVING_MIN_BYTES
+         : n > IN_BAND_MAX_BYTES         ? IN_BAND_MAX_BYTES
+                                         : (size_t)n;
+}
+
+/* rhd and the ring move the same 2 (p-1)/p n bytes per rank, rhd in 2 log p steps
+ * and the ring in 2 (p-1). But each rhd step sends and receives over one pair's
+ * connection, which costs `duplex` times a one-way transfer, while the ring sends
+ * to one neighbour and receives from the other: rhd wins while
+ *   2 (p-1 - log p) alpha  >  2 (p-1)/p n beta (duplex - 1).
+ * (1 Gbit/s test bed, 4 ranks: rhd at 1-4 MiB took 1.3-1.6x Open MPI's ring.) */
+void tuner_net_from_link(struct tuner_net* net, const struct link_figures* link, int nranks) {
+  *net = (struct tuner_net){0};
+  if (!(link->alpha > 0) || !(link->beta > 0) || nranks < 2) return;
+  double p = nranks, lg = log2_of(nranks);
+  double rhd = link->duplex > 1.0 ? (p - 1 - lg) * link->alpha / ((p - 1) / p * link->beta * (link->duplex - 1.0))
+                                  : (double)TUNER_RHD_MAX_BYTES;
+  net->rhd_max_bytes = rhd < TUNER_NET_RHD_MIN_BYTES ? TUNER_NET_RHD_MIN_BYTES
+                       : rhd > TUNER_RHD_MAX_BYTES   ? TUNER_RHD_MAX_BYTES
+                                                     : (size_t)rhd;
+  int q = 1;
+  while (2 * q <= nranks) q *= 2;
+  net->halving_min_bytes = halving_min_bytes(link, q);
+}
+
 enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int local_size, unsigned caps,
-                            enum coll_algo forced) {
+                            const struct tuner_net* net, enum coll_algo forced) {
   int shared = (caps & TUNER_SHARED_ADDRESS) != 0;
   if (forced != ALGO_AUTO && coll_has_algo(kind, forced, shared)) return forced;
   /* Threads of one process: every rank reads its peers' buffers once, no copies in
@@ -36,7 +86,8 @@ enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int l
       if (local_size > 1 && local_size < nranks && bytes > TUNER_TREE_MAX_BYTES) return ALGO_HIER;
       if (bytes <= TUNER_TREE_MAX_BYTES) return ALGO_TREE;
       int pow2 = (nranks & (nranks - 1)) == 0, one_node = local_size >= nranks;
-      return (bytes <= TUNER_RHD_MAX_BYTES || (pow2 && one_node)) ? ALGO_RHD : ALGO_RING;
+      size_t rhd_max = net && net->rhd_max_bytes ? net->rhd_max_bytes : TUNER_RHD_MAX_BYTES;
+      return (bytes <= rhd_max || (pow2 && one_node)) ? ALGO_RHD : ALGO_RING;
     }
     case COLL_ALLGATHER:
     case COLL_REDUCESCATTER:

@@ -14,10 +14,16 @@ unsigned tuner_caps(const struct transport* tp);
 
 /* The algorithm for a call: `forced` (from GCCL_ALGO) when the collective has it,
  * else chosen by size, rank count, topology (local_size ranks per node; pass
- * nranks for one node) and the transport's caps. Deterministic: the same on every
- * rank. */
+ * nranks for one node), the transport's caps and the network's crossovers (net;
+ * NULL for the defaults). Deterministic: the same on every rank. */
 enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int local_size, unsigned caps,
-                            enum coll_algo forced);
+                            const struct tuner_net* net, enum coll_algo forced);
+
+/* The crossovers for p ranks on the network between nodes that `link` describes
+ * (cost_model.h, measured by core/link_probe.c: latencies of short and long messages, seconds per byte, and
+ * how much longer a pair's exchange both ways takes than one way). */
+struct link_figures;
+void tuner_net_from_link(struct tuner_net* net, const struct link_figures* link, int nranks);
 /* The same for a call with a compressor of spec `spec` on a tensor of `count`
  * elements: by codec, rank count, topology (local_size ranks per node), for fp16
  * and bf16 by count, and for top-k by density and `global`. */

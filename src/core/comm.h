@@ -8,6 +8,7 @@
 
 #include "collectives/coll.h"
 #include "core/handles.h"
+#include "core/link_probe.h"
 #include "gccl.h"
 
 struct fault_config;
@@ -30,6 +31,7 @@ struct gcclComm {
   struct gcclStream* group_stream;   /* runs this comm's NULL-stream work of a group */
   struct device_stage* device_stage; /* pinned host buffers for device-buffer calls (device/device.h) */
   struct fault_config* faults;       /* GCCL_FAULT, parsed; NULL when unset */
+  struct link_figures link;          /* the network between nodes (link_probe.h); zeros on one node */
 };
 
 /* Allocates a communicator for `rank` of `nranks` with its scratch, reading the

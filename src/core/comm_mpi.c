@@ -10,6 +10,7 @@
 #include "core/argcheck.h"
 #include "core/comm.h"
 #include "core/dropin.h"
+#include "core/link_probe.h"
 #include "gccl_mpi.h"
 #include "transport/mpi.h"
 #include "transport/sim.h"
@@ -163,7 +164,8 @@ gcclResult_t gcclCommInitMpi(gcclComm_t* comm, MPI_Comm mpiComm) {
   if (res == gcclSuccess) res = all;
   if (res == gcclSuccess) {
     c->ctx.tp = c->tp;
-    res = dropin_measure(c); /* on every rank, or (setup_agree) on none */
+    res = link_measure(c); /* on every rank, or (setup_agree) on none */
+    if (res == gcclSuccess) res = dropin_measure(c);
   }
   if (res != gcclSuccess) {
     int owned = c && c->tp; /* the transport frees the duplicate */

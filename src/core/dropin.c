@@ -17,7 +17,6 @@
 #include "common/result.h"
 #include "compress/compressor.h"
 #include "core/comm.h"
-#include "core/link_probe.h"
 #include "transport/transport.h"
 
 struct dropin_entry {
@@ -178,8 +177,8 @@ gcclResult_t dropin_measure(gcclComm_t comm) {
    * nodes only rank 0's figures count, so only rank 0 times this host. */
   int spans_nodes = comm->ctx.local_size < comm->nranks;
   if (spans_nodes && comm->rank == 0) measure_host(comm, &mine);
-  if (spans_nodes && !cost_model_link_from_env()) {
-    GCCL_CHECK(link_probe(comm, &mine.inter));
+  if (spans_nodes && comm->link.measured) { /* link_measure's, the same on every rank */
+    mine.inter = (struct cost_link){comm->link.alpha, comm->link.beta};
     mine.measured = 1;
   }
   struct dropin_figures all[comm->nranks];

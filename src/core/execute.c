@@ -18,7 +18,8 @@
 static enum coll_algo choose_algo(gcclComm_t comm, const struct coll_args* a) {
   size_t bytes = a->count * dtype_size(a->dt);
   if (!a->comp)
-    return tuner_choose(a->kind, bytes, comm->nranks, comm->ctx.local_size, tuner_caps(comm->tp), comm->forced_algo);
+    return tuner_choose(a->kind, bytes, comm->nranks, comm->ctx.local_size, tuner_caps(comm->tp), &comm->ctx.net,
+                        comm->forced_algo);
   return tuner_choose_compressed(a->kind, &a->comp->spec, a->count, comm->nranks, comm->ctx.local_size,
                                  comm->forced_algo);
 }

@@ -1,16 +1,17 @@
-/* link_probe.h — the link between nodes, timed at communicator creation for
- * GCCL_COMPRESS=auto:SPEC (link_probe.c). */
+/* link_probe.h — the network between nodes, timed when an MPI communicator is
+ * made (link_probe.c). */
 #ifndef GCCL_CORE_LINK_PROBE_H
 #define GCCL_CORE_LINK_PROBE_H
 
 #include "collectives/cost_model.h"
 #include "gccl.h"
 
-/* Times the link between rank 0 and the first rank of node 1 (ranks
- * [local_size, 2 local_size)) in under 30 ms; every rank calls it. On rank 0
- * fills *link (alpha: half a small round trip; beta: seconds per byte of a long
- * message); the others take no part but the two ranks' and leave *link alone, as
- * does a communicator of one node. Errors: the transport's. */
-gcclResult_t link_probe(gcclComm_t c, struct cost_link* link);
+/* On a communicator whose ranks span nodes (of local_size ranks), on every rank
+ * once its transport works: rank 0 and the first rank of node 1 time the link
+ * between them in about 30 ms unless GCCL_LINK_GBPS names it or GCCL_FAULT is
+ * set; every rank takes rank 0's figures into comm->link, and comm->ctx.net's
+ * crossovers from them. A communicator of one node keeps zeros. Errors: the
+ * transport's. */
+gcclResult_t link_measure(gcclComm_t c);
 
 #endif

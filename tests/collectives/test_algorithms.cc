@@ -51,7 +51,7 @@ std::vector<gcclResult_t> RunRanks(int p, size_t scratch_bytes, int64_t timeout_
   for (int r = 0; r < p; r++) {
     threads.emplace_back([&, r] {
       void* scratch = std::malloc(scratch_bytes);
-      struct coll_ctx ctx = {tps[r], r, p, scratch, scratch_bytes, nullptr, nullptr, p, nullptr, 0, nullptr};
+      struct coll_ctx ctx = {tps[r], r, p, scratch, scratch_bytes, nullptr, nullptr, p, nullptr, 0, nullptr, {}};
       res[r] = body(&ctx);
       if (res[r] != gcclSuccess) tps[r]->ops->cancel_all(tps[r]);
       std::free(scratch);

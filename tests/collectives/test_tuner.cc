@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 extern "C" {
+#include "collectives/cost_model.h"
 #include "collectives/tuner.h"
 #include "compress/spec.h"
 }
@@ -24,22 +25,51 @@ enum coll_algo PickCompressed(const struct codec_spec& s, int p, int L, enum col
 
 TEST(Tuner, DenseAllReduceGoesHierarchicalAcrossNodesOnly) {
   // threads sharing an address space read each other's buffers, at any layout
-  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 4, 1, ALGO_AUTO), ALGO_DIRECT);
-  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 4, 0, ALGO_AUTO), ALGO_HIER);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 4, 1, nullptr, ALGO_AUTO), ALGO_DIRECT);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 4, 0, nullptr, ALGO_AUTO), ALGO_HIER);
   // one node, or one rank per node: flat
   // one node (MPI over shared memory): rhd on powers of two; across nodes: the ring
-  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 8, 0, ALGO_AUTO), ALGO_RHD);
-  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 6, 6, 0, ALGO_AUTO), ALGO_RING);
-  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 1, 0, ALGO_AUTO), ALGO_RING);
-  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 6, 1, 0, ALGO_AUTO), ALGO_RING);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 8, 0, nullptr, ALGO_AUTO), ALGO_RHD);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 6, 6, 0, nullptr, ALGO_AUTO), ALGO_RING);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 1, 0, nullptr, ALGO_AUTO), ALGO_RING);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 6, 1, 0, nullptr, ALGO_AUTO), ALGO_RING);
   // mid sizes: halving-doubling's fewer steps, on any rank count
-  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 1u << 20, 8, 1, 0, ALGO_AUTO), ALGO_RHD);
-  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 1u << 20, 6, 1, 0, ALGO_AUTO), ALGO_RHD);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 1u << 20, 8, 1, 0, nullptr, ALGO_AUTO), ALGO_RHD);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 1u << 20, 6, 1, 0, nullptr, ALGO_AUTO), ALGO_RHD);
   // latency-bound sizes stay on the tree even across nodes
-  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 1024, 8, 4, 0, ALGO_AUTO), ALGO_TREE);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 1024, 8, 4, 0, nullptr, ALGO_AUTO), ALGO_TREE);
   // GCCL_ALGO wins when the collective has the algorithm
-  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 4, 0, ALGO_RING), ALGO_RING);
-  EXPECT_EQ(tuner_choose(COLL_ALLGATHER, kLarge, 8, 4, 0, ALGO_HIER), ALGO_RING);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 4, 0, nullptr, ALGO_RING), ALGO_RING);
+  EXPECT_EQ(tuner_choose(COLL_ALLGATHER, kLarge, 8, 4, 0, nullptr, ALGO_HIER), ALGO_RING);
+}
+
+// The crossovers from a measured link: the test bed's (1 Gbit/s, 20 us, a pair's
+// exchange both ways 1.4x one way) moves rhd's limit down to its floor, 512 KiB,
+// and in-band halving up to ~10 KB at 4 ranks; a full-duplex link keeps rhd's
+// default; 2 ranks never halve; no figures, no crossovers.
+TEST(Tuner, NetworkCrossoversFollowTheMeasuredLink) {
+  link_figures bed = {20e-6, 8e-9, 1.4, 1, 0};
+  tuner_net net;
+  tuner_net_from_link(&net, &bed, 4);
+  EXPECT_EQ(net.rhd_max_bytes, size_t{512} << 10);
+  EXPECT_NEAR(double(net.halving_min_bytes), 10000.0, 1.0);  // log q alpha / (beta (log q - 2 (q-1)/q))
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 256u << 10, 4, 1, 0, &net, ALGO_AUTO), ALGO_RHD);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 1u << 20, 4, 1, 0, &net, ALGO_AUTO), ALGO_RING);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 1u << 20, 4, 1, 0, nullptr, ALGO_AUTO), ALGO_RHD);  // the default
+  // a slow link's long latency keeps rhd further: (p-1-log p) alpha / ((p-1)/p beta (duplex-1))
+  link_figures far = {2e-3, 8e-9, 1.4, 1, 0};
+  tuner_net_from_link(&net, &far, 4);
+  EXPECT_NEAR(double(net.rhd_max_bytes), 2e-3 / (0.75 * 8e-9 * 0.4), 1.0);
+  link_figures full_duplex = {20e-6, 8e-9, 1.0, 1, 0};
+  tuner_net_from_link(&net, &full_duplex, 8);
+  EXPECT_EQ(net.rhd_max_bytes, size_t{4} << 20);
+  EXPECT_GT(net.halving_min_bytes, size_t{0});
+  tuner_net_from_link(&net, &bed, 2);
+  EXPECT_EQ(net.halving_min_bytes, size_t{64} << 10);  // 2 ranks: doubling at every in-band size
+  link_figures none = {0, 0, 1, 0, 0};
+  tuner_net_from_link(&net, &none, 4);
+  EXPECT_EQ(net.rhd_max_bytes, 0u);
+  EXPECT_EQ(net.halving_min_bytes, 0u);
 }
 
 TEST(Tuner, CompressedAllReduceByCodecRanksAndDensity) {

@@ -1,0 +1,101 @@
+/* test_link_mpi.c — the network between nodes, measured when an MPI communicator
+ * is made (core/link_probe.h), and the crossovers it sets (tuner_net_from_link).
+ *
+ *   one node   nothing measured, the defaults kept
+ *   measured   GCCL_RANKS_PER_NODE=1: rank 0's figures on every rank, bit for bit,
+ *              plausible (latency and rate positive, duplex at least 1), and
+ *              allreduces on both sides of each crossover exact on every rank
+ *   named      GCCL_LINK_GBPS=1, GCCL_LINK_US=20: nothing timed; the crossovers
+ *              are the formulas' for that link
+ * The communicator's fields (internals) say what was measured. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/comm.h"
+#include "mpi_check.h"
+
+static gcclComm_t make(const char* ranks_per_node, const char* gbps, const char* us) {
+  mc_setenv("GCCL_RANKS_PER_NODE", ranks_per_node);
+  mc_setenv("GCCL_LINK_GBPS", gbps);
+  mc_setenv("GCCL_LINK_US", us);
+  gcclComm_t comm = mc_comm(MPI_COMM_WORLD);
+  mc_setenv("GCCL_RANKS_PER_NODE", NULL);
+  mc_setenv("GCCL_LINK_GBPS", NULL);
+  mc_setenv("GCCL_LINK_US", NULL);
+  return comm;
+}
+
+/* Sums of integer-valued floats, exact in any order, at `count`, checked on every rank. */
+static void check_sum(gcclComm_t comm, size_t count) {
+  float* buf = calloc(count ? count : 1, sizeof *buf);
+  for (size_t i = 0; i < count; i++) buf[i] = (float)((i * 7 + (size_t)mc_rank * 3) % 11);
+  MC_OK(gcclAllReduce(buf, buf, count, gcclFloat32, gcclSum, comm, NULL), comm);
+  for (size_t i = 0; i < count; i++) {
+    float want = 0;
+    for (int r = 0; r < mc_nranks; r++) want += (float)((i * 7 + (size_t)r * 3) % 11);
+    if (buf[i] != want) {
+      mc_fail(__FILE__, __LINE__, "count %zu: element %zu is %g, expected %g", count, i, buf[i], want);
+      break;
+    }
+  }
+  free(buf);
+}
+
+static void one_node(void) {
+  gcclComm_t comm = make(NULL, NULL, NULL);
+  if (!comm) return;
+  MC_CHECK(!comm->link.measured, "a communicator of one node measured a link");
+  MC_CHECK(comm->ctx.net.rhd_max_bytes == 0 && comm->ctx.net.halving_min_bytes == 0,
+           "one node has crossovers %zu and %zu", comm->ctx.net.rhd_max_bytes, comm->ctx.net.halving_min_bytes);
+  MC_OK(gcclCommDestroy(comm), NULL);
+}
+
+static void measured(void) {
+  gcclComm_t comm = make("1", NULL, NULL);
+  if (!comm) return;
+  const struct link_figures* l = &comm->link;
+  MC_CHECK(l->measured == 1, "the link was not measured");
+  MC_CHECK(l->alpha > 0 && l->alpha < 0.1, "latency %g s", l->alpha);
+  MC_CHECK(l->beta > 0 && l->beta < 1e-6, "%g s per byte", l->beta);
+  MC_CHECK(l->duplex >= 1.0, "duplex factor %g", l->duplex);
+  mc_same_everywhere(l, sizeof *l, __FILE__, __LINE__, "the link's figures");
+  mc_same_everywhere(&comm->ctx.net, sizeof comm->ctx.net, __FILE__, __LINE__, "the crossovers");
+  size_t rhd = comm->ctx.net.rhd_max_bytes / 4, halving = comm->ctx.net.halving_min_bytes / 4;
+  MC_CHECK(rhd >= (512u << 10) / 4 && rhd <= (4u << 20) / 4, "rhd up to %zu floats", rhd);
+  MC_CHECK(halving >= 256 && halving <= (64u << 10) / 4, "in-band halving above %zu floats", halving);
+  const size_t counts[] = {0, 1, 7, 13, halving - 1, halving, halving + 1, rhd, rhd + 1, rhd + 17};
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) check_sum(comm, counts[i]);
+  MC_OK(gcclCommDestroy(comm), NULL);
+}
+
+static void named(void) {
+  gcclComm_t comm = make("1", "1", "20");
+  if (!comm) return;
+  MC_CHECK(!comm->link.measured, "a link named by GCCL_LINK_GBPS was measured");
+  MC_CHECK(
+      fabs(comm->link.alpha / 20e-6 - 1) < 1e-9 && fabs(comm->link.beta / 8e-9 - 1) < 1e-9 && comm->link.duplex == 1.0,
+      "the named link is %g s, %g s/byte, duplex %g", comm->link.alpha, comm->link.beta, comm->link.duplex);
+  /* Full duplex: rhd up to the default 4 MiB. From 4 ranks halving above
+   * log q alpha / (beta (log q - 2 (q-1)/q)): 10000 bytes at q = 4; with 2 or 3
+   * ranks never. */
+  MC_CHECK(comm->ctx.net.rhd_max_bytes == (4u << 20), "rhd up to %zu bytes", comm->ctx.net.rhd_max_bytes);
+  size_t got = comm->ctx.net.halving_min_bytes, want = mc_nranks >= 4 ? 10000 : (64u << 10);
+  MC_CHECK(got + 1 >= want && got <= want, "in-band halving above %zu bytes with %d ranks, expected %zu", got,
+           mc_nranks, want);
+  check_sum(comm, 2500);
+  check_sum(comm, 2501);
+  MC_OK(gcclCommDestroy(comm), NULL);
+}
+
+int main(int argc, char** argv) {
+  mc_init(&argc, &argv);
+  one_node();
+  if (mc_nranks > 1) {
+    measured();
+    named();
+  }
+  return mc_finish("test_link_mpi");
+}
