@@ -40,6 +40,7 @@
 #define PROBE_ANSWER 8
 #define PROBE_DONE 1 /* the initiator's last message */
 #define PROBE_BOTH 2 /* the next message of the last size goes both ways at once */
+_Static_assert(sizeof(struct link_figures) <= TP_SMALL_MAX, "rank 0's figures travel by allgather_small");
 
 static gcclResult_t recv_upto(struct transport* tp, int peer, void* buf, size_t cap, size_t* got) {
   tp_req req;
