@@ -262,7 +262,7 @@ gcclResult_t cost_codec_measure_at(const char* spec_text, size_t count, struct c
 
 /* ---- the formulas ------------------------------------------------------------------ */
 
-static double log2_ceil(int p) {
+double cost_log2_ceil(int p) {
   int l = 0;
   while ((1 << l) < p) l++;
   return (double)l;
@@ -360,7 +360,7 @@ double cost_allreduce(const struct cost_model* mdl, enum coll_algo algo, size_t 
     }
   }
   int p = t.p;
-  double f = p > 1 ? (double)(p - 1) / p : 0.0, lg = log2_ceil(p);
+  double f = p > 1 ? (double)(p - 1) / p : 0.0, lg = cost_log2_ceil(p);
   if (!compressed) switch (algo) {
       /* ring: 2(p-1)α + 2(p-1)/p nβ + (p-1)/p nγ */
       case ALGO_RING:

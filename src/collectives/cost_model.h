@@ -106,6 +106,9 @@ double cost_reduce_rate_at(size_t count);
 double cost_allreduce(const struct cost_model* m, enum coll_algo algo, size_t count, size_t elem_bytes,
                       const struct codec_spec* s, const struct cost_codec* c, int compressed);
 
+/* ceil(log2 p): the steps of a doubling schedule over p ranks. */
+double cost_log2_ceil(int p);
+
 /* The fastest dense allreduce the model knows for this call; *algo names it. */
 double cost_best_dense_allreduce(const struct cost_model* m, size_t count, size_t elem_bytes, enum coll_algo* algo);
 

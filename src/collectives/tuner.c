@@ -3,9 +3,9 @@
 
 #include <strings.h>
 
+#include "collectives/cost_model.h"
 #include "collectives/in_band.h"
 #include "compress/spec.h"
-#include "core/link_probe.h"
 
 /* Latency-bound below this many bytes: log p hops beat 2(p-1) ring steps. */
 #define TUNER_TREE_MAX_BYTES (64u << 10)
@@ -29,12 +29,6 @@ unsigned tuner_caps(const struct transport* tp) {
 #define TUNER_NET_RHD_MIN_BYTES (512u << 10)
 #define TUNER_NET_HALVING_MIN_BYTES ((size_t)1 << 10)
 
-static double log2_of(int p) {
-  double l = 0;
-  while ((1 << (int)l) < p) l++;
-  return l;
-}
-
 /* In band, doubling sends log q messages of n, halving-doubling 2 log q of
  * n/2, n/4, ... (2 (q-1)/q n in all), with the same partners: halving wins once
  *   log q alpha  <  n beta (log q - 2 (q-1)/q).
@@ -44,7 +38,7 @@ static double log2_of(int p) {
  * at 16 KiB 1.35x; this gives 6-11 KiB there. BENCHMARKS.md.) */
 static size_t halving_min_bytes(const struct link_figures* link, int q) {
   if (q < 4) return IN_BAND_MAX_BYTES; /* with 2 ranks halving only adds a step */
-  double lq = log2_of(q), gain = lq - 2.0 * (q - 1) / q, n = lq * link->alpha / (link->beta * gain);
+  double lq = cost_log2_ceil(q), gain = lq - 2.0 * (q - 1) / q, n = lq * link->alpha / (link->beta * gain);
   return n < TUNER_NET_HALVING_MIN_BYTES ? TUNER_NET_HALVING_MIN_BYTES
          : n > IN_BAND_MAX_BYTES         ? IN_BAND_MAX_BYTES
                                          : (size_t)n;
@@ -59,7 +53,7 @@ static size_t halving_min_bytes(const struct link_figures* link, int q) {
 void tuner_net_from_link(struct tuner_net* net, const struct link_figures* link, int nranks) {
   *net = (struct tuner_net){0};
   if (!(link->alpha > 0) || !(link->beta > 0) || nranks < 2) return;
-  double p = nranks, lg = log2_of(nranks);
+  double p = nranks, lg = cost_log2_ceil(nranks);
   double rhd = link->duplex > 1.0 ? (p - 1 - lg) * link->alpha / ((p - 1) / p * link->beta * (link->duplex - 1.0))
                                   : (double)TUNER_RHD_MAX_BYTES;
   net->rhd_max_bytes = rhd < TUNER_NET_RHD_MIN_BYTES ? TUNER_NET_RHD_MIN_BYTES

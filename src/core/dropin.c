@@ -143,11 +143,8 @@ static int model_says_compress(const struct dropin* d, gcclComm_t comm, const st
 
 /* What every rank's model takes from rank 0. */
 struct dropin_figures {
-  struct cost_link inter;
   struct cost_codec rates;
   double reduce_s_per_byte;
-  int32_t measured; /* the link was timed, not named by the environment */
-  int32_t pad;
 };
 _Static_assert(sizeof(struct dropin_figures) <= TP_SMALL_MAX, "rank 0's figures travel by allgather_small");
 
@@ -172,25 +169,22 @@ gcclResult_t dropin_measure(gcclComm_t comm) {
   struct dropin* d = comm->dropin;
   if (!dropin_measures(comm)) return gcclSuccess;
   int64_t start = clock_now_ns();
-  struct dropin_figures mine = {d->model.inter, d->rates, d->model.reduce_s_per_byte, 0, 0};
+  struct dropin_figures mine = {d->rates, d->model.reduce_s_per_byte};
   /* On one node auto: never compresses, so nothing is measured there; across
    * nodes only rank 0's figures count, so only rank 0 times this host. */
   int spans_nodes = comm->ctx.local_size < comm->nranks;
   if (spans_nodes && comm->rank == 0) measure_host(comm, &mine);
-  if (spans_nodes && comm->link.measured) { /* link_measure's, the same on every rank */
-    mine.inter = (struct cost_link){comm->link.alpha, comm->link.beta};
-    mine.measured = 1;
-  }
   struct dropin_figures all[comm->nranks];
   GCCL_CHECK(tp_allgather_small(comm->tp, &mine, sizeof mine, all));
-  d->model.inter = all[0].inter;
+  if (spans_nodes) /* link_measure's figures: rank 0's, or the environment's, on every rank */
+    d->model.inter = (struct cost_link){comm->link.alpha, comm->link.beta};
   d->model.reduce_s_per_byte = all[0].reduce_s_per_byte;
   d->rates = all[0].rates;
   if (spans_nodes)
     GCCL_INFO(LOG_INIT,
               "GCCL_COMPRESS=auto:%s: the link between nodes %s %.3g Gbit/s, %.3g us (rank 0's figures; %.1f ms)",
-              d->spec_text, all[0].measured ? "measured at" : "set by the environment to", 8e-9 / d->model.inter.beta,
-              d->model.inter.alpha * 1e6, (double)(clock_now_ns() - start) * 1e-6);
+              d->spec_text, comm->link.measured ? "measured at" : "set by the environment to",
+              8e-9 / d->model.inter.beta, d->model.inter.alpha * 1e6, (double)(clock_now_ns() - start) * 1e-6);
   else
     GCCL_INFO(LOG_INIT, "GCCL_COMPRESS=auto:%s: every rank on one node: calls stay dense", d->spec_text);
   return gcclSuccess;

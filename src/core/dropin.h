@@ -73,12 +73,12 @@ void dropin_destroy(struct dropin* d);
 /* Whether dropin_measure has work on comm (GCCL_COMPRESS=auto:SPEC): every rank
  * of an MPI communicator must agree before any calls it. */
 int dropin_measures(gcclComm_t comm);
-/* auto:SPEC on a communicator of processes, once its transport works, on every
- * rank: when the ranks span nodes, rank 0 measures the codec's and the
- * reduction's rates in the communicator's scratch, the link between nodes is
- * timed (core/link_probe.h) unless the environment names it, and every rank takes
- * rank 0's link, codec and reduction figures, so that all decide alike. Nothing
- * to do when the drop-in is off or not auto. Errors: the transport's. */
+/* auto:SPEC on a communicator of processes, once its transport works and
+ * link_measure (core/link_probe.h) ran, on every rank: when the ranks span nodes,
+ * rank 0 measures the codec's and the reduction's rates in the communicator's
+ * scratch, and every rank takes them and comm->link into its model, so that all
+ * decide alike. Nothing to do when the drop-in is off or not auto. Errors: the
+ * transport's. */
 gcclResult_t dropin_measure(gcclComm_t comm);
 
 /* For a plain allreduce `a` on comm, whose arguments passed the collective's

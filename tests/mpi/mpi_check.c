@@ -78,6 +78,13 @@ gcclComm_t mc_comm(MPI_Comm mpi_comm) {
   return comm;
 }
 
+gcclComm_t mc_comm_with(MPI_Comm mpi_comm, const char* const env[][2]) {
+  for (int i = 0; env[i][0]; i++) mc_setenv(env[i][0], env[i][1]);
+  gcclComm_t comm = mc_comm(mpi_comm);
+  for (int i = 0; env[i][0]; i++) mc_setenv(env[i][0], NULL);
+  return comm;
+}
+
 /* FNV-1a: any change of a byte changes the hash, which is all a comparison needs. */
 static uint64_t hash_bytes(const void* buf, size_t bytes) {
   const unsigned char* p = buf;

@@ -33,6 +33,9 @@ int mc_all(int ok);
 void mc_setenv(const char* name, const char* value);
 /* gcclCommInitMpi on `mpi_comm`, recording a failure; NULL if it failed. */
 gcclComm_t mc_comm(MPI_Comm mpi_comm);
+/* The same with the variables of `env` ({name, value} pairs up to {NULL, NULL};
+ * a NULL value unsets) set for the creation only. */
+gcclComm_t mc_comm_with(MPI_Comm mpi_comm, const char* const env[][2]);
 /* Fails unless buf's bytes are the same on every rank of world (collective). */
 void mc_same_everywhere(const void* buf, size_t bytes, const char* file, int line, const char* what);
 /* Seconds on a monotonic clock. */

@@ -23,13 +23,9 @@
 /* One allreduce of COUNT floats on a fresh communicator made with the
  * environment as set; returns whether it ran compressed, the same on every rank. */
 static int one_call(const char* ranks_per_node, const char* link_gbps) {
-  mc_setenv("GCCL_COMPRESS", SPEC);
-  mc_setenv("GCCL_RANKS_PER_NODE", ranks_per_node);
-  mc_setenv("GCCL_LINK_GBPS", link_gbps);
-  gcclComm_t comm = mc_comm(MPI_COMM_WORLD);
-  mc_setenv("GCCL_COMPRESS", NULL);
-  mc_setenv("GCCL_RANKS_PER_NODE", NULL);
-  mc_setenv("GCCL_LINK_GBPS", NULL);
+  const char* const env[][2] = {
+      {"GCCL_COMPRESS", SPEC}, {"GCCL_RANKS_PER_NODE", ranks_per_node}, {"GCCL_LINK_GBPS", link_gbps}, {NULL, NULL}};
+  gcclComm_t comm = mc_comm_with(MPI_COMM_WORLD, env);
   if (!comm) return -1;
   float* buf = malloc(COUNT * sizeof *buf);
   for (size_t i = 0; i < COUNT; i++) buf[i] = (float)((i + (size_t)mc_rank) % 5);

@@ -40,14 +40,9 @@ static const struct {
 };
 
 static gcclComm_t make_comm(const char* fault, const char* algo, const char* timeout_ms) {
-  mc_setenv("GCCL_FAULT", fault);
-  mc_setenv("GCCL_ALGO", algo);
-  mc_setenv("GCCL_TIMEOUT_MS", timeout_ms);
-  gcclComm_t comm = mc_comm(MPI_COMM_WORLD);
-  mc_setenv("GCCL_FAULT", NULL);
-  mc_setenv("GCCL_ALGO", NULL);
-  mc_setenv("GCCL_TIMEOUT_MS", NULL);
-  return comm;
+  const char* const env[][2] = {
+      {"GCCL_FAULT", fault}, {"GCCL_ALGO", algo}, {"GCCL_TIMEOUT_MS", timeout_ms}, {NULL, NULL}};
+  return mc_comm_with(MPI_COMM_WORLD, env);
 }
 
 static gcclCompressor_t make_compressor(const char* spec, const float* residual) {

@@ -18,14 +18,9 @@
 #include "mpi_check.h"
 
 static gcclComm_t make(const char* ranks_per_node, const char* gbps, const char* us) {
-  mc_setenv("GCCL_RANKS_PER_NODE", ranks_per_node);
-  mc_setenv("GCCL_LINK_GBPS", gbps);
-  mc_setenv("GCCL_LINK_US", us);
-  gcclComm_t comm = mc_comm(MPI_COMM_WORLD);
-  mc_setenv("GCCL_RANKS_PER_NODE", NULL);
-  mc_setenv("GCCL_LINK_GBPS", NULL);
-  mc_setenv("GCCL_LINK_US", NULL);
-  return comm;
+  const char* const env[][2] = {
+      {"GCCL_RANKS_PER_NODE", ranks_per_node}, {"GCCL_LINK_GBPS", gbps}, {"GCCL_LINK_US", us}, {NULL, NULL}};
+  return mc_comm_with(MPI_COMM_WORLD, env);
 }
 
 /* Sums of integer-valued floats, exact in any order, at `count`, checked on every rank. */
