@@ -24,19 +24,34 @@ static enum coll_algo choose_algo(gcclComm_t comm, const struct coll_args* a) {
                                  comm->forced_algo);
 }
 
+/* Whether a call ends in the all-or-nothing barrier. Without it a rank that had
+ * all it needed returned success while a peer failed later (a frame found
+ * corrupt by its last receiver, a peer that timed out), its error feedback a step
+ * ahead of the failed ranks', which keep theirs to retry; and after a lost
+ * message, ranks that took the next message of the pair in its place returned
+ * wrong sums as success (tests/core/test_faults.cc). A rank that failed aborts
+ * the transport, so the others leave the barrier with its error.
+ *
+ * Not needed: after the direct algorithms, which end in a barrier already; and
+ * for a dense allreduce, reduce-scatter or allgather over a transport that
+ * delivers every message posted (agree_in_band: MPI, not under GCCL_FAULT).
+ * There no residual moves, and a rank holds its result only once every rank's
+ * data has reached it, as for the in-band exchange (README, "Small calls over
+ * MPI"). Across nodes the barrier's two latencies were 2-5% of a 128-512 KiB
+ * call at 1 Gbit/s (BENCHMARKS.md, issue 30). Broadcast and reduce keep it: a
+ * leaf of the one or a sender of the other is done before the root is. */
+static int ends_in_barrier(const struct transport* tp, const struct coll_args* a, enum coll_algo algo) {
+  if (algo == ALGO_DIRECT) return 0;
+  int every_rank_needs_all = a->kind == COLL_ALLREDUCE || a->kind == COLL_REDUCESCATTER || a->kind == COLL_ALLGATHER;
+  return !(tp->agree_in_band && !a->comp && every_rank_needs_all);
+}
+
 /* The call after its agreement: the schedule, the closing barrier, the commit. */
 static gcclResult_t run_agreed(gcclComm_t comm, const struct coll_args* a, enum coll_algo algo) {
   struct transport* tp = comm->tp;
   gcclResult_t res = coll_run(&comm->ctx, a, algo);
-  /* Step last: a call succeeds on no rank unless it succeeded on all. Without
-   * it a rank that had all it needed returned success while a peer failed
-   * later (a frame found corrupt by its last receiver, a peer that timed out),
-   * its error feedback a step ahead of the failed ranks', which keep theirs to
-   * retry; and after a lost message, ranks that took the next message of the
-   * pair in its place returned wrong sums as success (tests/core/test_faults.cc).
-   * A rank that failed aborts the transport, so the others leave this barrier
-   * with its error. The direct algorithms end in a barrier already. */
-  if (res == gcclSuccess && algo != ALGO_DIRECT) res = tp_barrier(tp);
+  /* Step last: a call succeeds on no rank unless it succeeded on all. */
+  if (res == gcclSuccess && ends_in_barrier(tp, a, algo)) res = tp_barrier(tp);
   if (res == gcclSuccess && a->comp) res = compressor_commit(a->comp); /* the host's or the GPU twin's residual */
   /* Peers are mid-collective: a local failure must not leave them waiting. */
   if (res != gcclSuccess) tp_abort(tp, res);

@@ -8,10 +8,12 @@
  * --quick runs a small subset (for valgrind); --large adds allreduces long
  * enough for several of the segments of a communicator that spans nodes (run
  * with GCCL_RANKS_PER_NODE=1: 16 MiB segments). */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mpi_check.h"
 
@@ -344,6 +346,49 @@ static void large_cases(void) {
   }
 }
 
+/* Calls back to back with one rank late in turn, so that the others run ahead
+ * into the next call: a dense allreduce, reduce-scatter or allgather over MPI
+ * ends without the closing barrier (core/execute.c), and its peers' next
+ * messages (the in-band exchange's, received with any tag; the next schedule's)
+ * must wait for the late rank and never be taken for this call's. Every result
+ * is checked, then a mismatched call must fail on every rank and leave the
+ * communicator usable. */
+static void calls_back_to_back(const char* algo) {
+  mc_setenv("GCCL_ALGO", algo);
+  gcclComm_t comm = mc_comm(MPI_COMM_WORLD);
+  mc_setenv("GCCL_ALGO", NULL);
+  if (!comm) return;
+  const size_t sizes[] = {300007, 16, 70001, 1, 4099, 131072};
+  for (int i = 0; i < 24; i++) {
+    struct timespec late = {0, 2000000};
+    if (mc_rank == i % mc_nranks) nanosleep(&late, NULL);
+    size_t n = sizes[i % 6];
+    switch (i % 4) {
+      case 0:
+      case 3:
+        check_allreduce(comm, i % 3 ? gcclFloat32 : gcclInt32, gcclSum, n, i % 2);
+        break;
+      case 1:
+        check_reducescatter(comm, gcclFloat32, gcclSum, n / (size_t)mc_nranks + 1, 0);
+        break;
+      case 2:
+        check_allgather(comm, gcclInt8, n / (size_t)mc_nranks + 1, 1);
+        break;
+    }
+  }
+  if (mc_nranks > 1) {
+    size_t n = mc_rank == 1 ? 300008 : 300007;
+    float* buf = alloc_bytes(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) buf[i] = 1.0f;
+    gcclResult_t res = gcclAllReduce(buf, buf, n, gcclFloat32, gcclSum, comm, NULL);
+    MC_CHECK(res == gcclInvalidUsage, "a call of another count on rank 1 returned %d, not gcclInvalidUsage", (int)res);
+    MC_CHECK(buf[0] == 1.0f && buf[n - 1] == 1.0f, "a mismatched call wrote the receive buffer");
+    free(buf);
+    check_allreduce(comm, gcclFloat32, gcclSum, 300007, 0);
+  }
+  MC_OK(gcclCommDestroy(comm), NULL);
+}
+
 static void other_collective_cases(void) {
   gcclComm_t comm = mc_comm(MPI_COMM_WORLD);
   if (!comm) return;
@@ -378,6 +423,9 @@ int main(int argc, char** argv) {
   for (int a = 0; a < 4; a++)
     if (!quick || a < 2) allreduce_cases(algos[a]);
   other_collective_cases();
+  const char* back_to_back[] = {NULL, "ring", "rhd", "tree"};
+  for (int a = 0; a < 4; a++)
+    if (!quick || a == 0) calls_back_to_back(back_to_back[a]);
   identical_across_ranks();
   if (large) large_cases();
   return mc_finish("test_dense_mpi");
