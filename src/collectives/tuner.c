@@ -21,11 +21,13 @@ unsigned tuner_caps(const struct transport* tp) {
   return (tp->shares_address_space ? TUNER_SHARED_ADDRESS : 0u) | (tp->agree_in_band ? TUNER_IN_BAND : 0u);
 }
 
-/* Bounds on the crossovers a measurement may set. rhd keeps 512 KiB at least: the
- * probe's round trips of one message at a time do not see what a long message
- * costs inside a schedule, and on the 1 Gbit/s test bed (4 ranks) the ring took
- * 1.7-1.8x Open MPI's allreduce at exactly 512 KiB, rhd 1.0x; from 1 MiB the ring
- * won (0.85x and less). Neither crossover moves past the defaults' range. */
+/* Bounds on the crossovers a measurement may set. rhd keeps 512 KiB at least. Up
+ * to there, on a link slow enough for the formula below to pick the ring, both
+ * move at the link's rate (1 Gbit/s test bed, 4 ranks, reno: both 0.99-1.07x
+ * Open MPI's allreduce at 128-512 KiB), so the floor costs nothing there; but with
+ * BBR congestion control the ring's steps of about 128 KiB were now and then
+ * 1.2-2.3x slower (512 KiB, 4 ranks), and rhd's were not. From 1 MiB the ring won
+ * (0.85x and less). Neither crossover moves past the defaults' range. */
 #define TUNER_NET_RHD_MIN_BYTES (512u << 10)
 #define TUNER_NET_HALVING_MIN_BYTES ((size_t)1 << 10)
 
