@@ -4,7 +4,8 @@
  * results compare bit for bit: allreduce by ring, rhd and tree (GCCL_ALGO) and by
  * the tuner's choice, allgather, reducescatter, broadcast and reduce from every
  * root; several datatypes, every op; counts 0, 1, below the rank count, primes,
- * and counts the rank count does not divide; in place and out of place.
+ * and counts the rank count does not divide; in place and out of place; and
+ * calls back to back with one rank late in turn (no closing barrier over MPI).
  * --quick runs a small subset (for valgrind); --large adds allreduces long
  * enough for several of the segments of a communicator that spans nodes (run
  * with GCCL_RANKS_PER_NODE=1: 16 MiB segments). */
