@@ -90,7 +90,8 @@ struct transport {
    * travels on tagged point-to-point messages (the ops' isend_tagged and
    * irecv_tagged), and a small dense allreduce's data rides with it
    * (collectives/in_band.c). Also a promise that a message, once posted, arrives:
-   * such a call ends without a closing barrier. */
+   * such a call, and any dense allreduce, reduce-scatter or allgather, ends
+   * without a closing barrier (core/execute.c). */
   int agree_in_band;
 };
 
