@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   if (argc < 2 || (strcmp(argv[1], "gccl") && strcmp(argv[1], "interposer") && strcmp(argv[1], "create"))) {
     if (rank == 0)
       fprintf(stderr,
-              "usage: mpi-ab gccl|interposer [-b MIN] [-e MAX] [-f FACTOR] [-r ROUNDS] [-w WARMUP]\n"
+              "usage: mpi-ab gccl|interposer [-b MIN] [-e MAX] [-f FACTOR] [-r ROUNDS (1-101)] [-w WARMUP]\n"
               "       mpi-ab create [-r ROUNDS]\n");
     MPI_Finalize();
     return 2;
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
     if (!strcmp(argv[i], "-r")) rounds = atoi(argv[i + 1]);
     if (!strcmp(argv[i], "-w")) warmup = atoi(argv[i + 1]);
   }
-  CHECK("the arguments",
+  CHECK("the arguments (-r at most 101)",
         min_bytes >= 4 && max_bytes >= min_bytes && factor > 1 && rounds >= 1 && rounds <= 101 && warmup >= 1);
   if (r.side == SIDE_GCCL) CHECK("gcclCommInitMpi", gcclCommInitMpi(&r.comm, MPI_COMM_WORLD) == gcclSuccess);
   size_t max_count = max_bytes / 4;
