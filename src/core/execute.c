@@ -37,8 +37,8 @@ static enum coll_algo choose_algo(gcclComm_t comm, const struct coll_args* a) {
  * delivers every message posted (agree_in_band: MPI, not under GCCL_FAULT).
  * There no residual moves, and a rank holds its result only once every rank's
  * data has reached it, as for the in-band exchange (README, "Small calls over
- * MPI"). Across nodes the barrier's two latencies were 2-5% of a 128-512 KiB
- * call at 1 Gbit/s (BENCHMARKS.md, issue 30). Broadcast and reduce keep it: a
+ * MPI"). Across nodes the barrier's two latencies were up to 5% of a 128-512
+ * KiB call at 1 Gbit/s (BENCHMARKS.md, issue 30). Broadcast and reduce keep it: a
  * leaf of the one or a sender of the other is done before the root is. */
 static int ends_in_barrier(const struct transport* tp, const struct coll_args* a, enum coll_algo algo) {
   if (algo == ALGO_DIRECT) return 0;
