@@ -90,8 +90,6 @@ static inline struct coll_args coll_call(enum coll_kind kind, const void* sendbu
   return a;
 }
 
-/* What an algorithm may use: the transport, the communicator's scratch, and (for
- * direct algorithms on a shared address space) every rank's buffers. */
 /* The crossovers of a dense allreduce across nodes, from what a communicator
  * measured of the network between them at creation (tuner_net_from_link); a zero
  * field keeps the tuner's default, which was tuned on shared memory. */
@@ -100,6 +98,8 @@ struct tuner_net {
   size_t halving_min_bytes; /* the in-band allreduce halves above here, from 4 ranks on; doubles at 2 */
 };
 
+/* What an algorithm may use: the transport, the communicator's scratch, and (for
+ * direct algorithms on a shared address space) every rank's buffers. */
 struct coll_ctx {
   struct transport* tp;
   int rank;
@@ -162,6 +162,14 @@ int coll_has_compressed_algo(enum coll_kind kind, enum coll_algo algo);
 
 /* Splits count elements into nranks near-equal chunks: chunk r starts at
  * *offset and holds *len elements (the first count % nranks chunks hold one more). */
+/* The largest power of two up to p (p >= 1): the ranks a halving-doubling
+ * schedule pairs; the other p - q fold into them first. */
+static inline int coll_pow2_floor(int p) {
+  int q = 1;
+  while (q <= p / 2) q *= 2;
+  return q;
+}
+
 static inline void coll_chunk(size_t count, int nranks, int r, size_t* offset, size_t* len) {
   size_t base = count / (size_t)nranks, extra = count % (size_t)nranks;
   *offset = (size_t)r * base + ((size_t)r < extra ? (size_t)r : extra);

@@ -208,8 +208,7 @@ static gcclResult_t take_result(struct ib_exchange* x, int peer) {
 /* Ranks q + i (q the largest power of two up to p) hand their data to rank i
  * first and take the result from it last. */
 static gcclResult_t run(struct ib_exchange* x) {
-  int p = x->ctx->nranks, r = x->ctx->rank, q = 1;
-  while (q * 2 <= p) q *= 2;
+  int p = x->ctx->nranks, r = x->ctx->rank, q = coll_pow2_floor(p);
   struct ib_slice all = {0, x->count};
   if (r >= q) {
     GCCL_CHECK(step(x, r - q, &all, NULL, IB_REDUCE));

@@ -87,9 +87,7 @@ gcclResult_t allreduce_rhd(struct coll_ctx* ctx, const struct coll_args* a) {
     if (out != in) memcpy(out, in, n * size);
     return gcclSuccess;
   }
-  int q = 1;
-  while (q <= p / 2) q *= 2;
-  int r = p - q;
+  int q = coll_pow2_floor(p), r = p - q;
 
   /* step 0 (p not a power of two): fold the first 2r ranks pairwise */
   const char* cur = in; /* where this rank's current vector lives */

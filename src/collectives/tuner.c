@@ -61,9 +61,7 @@ void tuner_net_from_link(struct tuner_net* net, const struct link_figures* link,
   net->rhd_max_bytes = rhd < TUNER_NET_RHD_MIN_BYTES ? TUNER_NET_RHD_MIN_BYTES
                        : rhd > TUNER_RHD_MAX_BYTES   ? TUNER_RHD_MAX_BYTES
                                                      : (size_t)rhd;
-  int q = 1;
-  while (2 * q <= nranks) q *= 2;
-  net->halving_min_bytes = halving_min_bytes(link, q);
+  net->halving_min_bytes = halving_min_bytes(link, coll_pow2_floor(nranks));
 }
 
 enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int local_size, unsigned caps,

@@ -19,16 +19,17 @@ unsigned tuner_caps(const struct transport* tp);
 enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int local_size, unsigned caps,
                             const struct tuner_net* net, enum coll_algo forced);
 
-/* The crossovers for p ranks on the network between nodes that `link` describes
- * (cost_model.h, measured by core/link_probe.c: latencies of short and long messages, seconds per byte, and
- * how much longer a pair's exchange both ways takes than one way). */
-struct link_figures;
-void tuner_net_from_link(struct tuner_net* net, const struct link_figures* link, int nranks);
 /* The same for a call with a compressor of spec `spec` on a tensor of `count`
  * elements: by codec, rank count, topology (local_size ranks per node), for fp16
  * and bf16 by count, and for top-k by density and `global`. */
 struct codec_spec;
 enum coll_algo tuner_choose_compressed(enum coll_kind kind, const struct codec_spec* spec, size_t count, int nranks,
                                        int local_size, enum coll_algo forced);
+
+/* The crossovers for nranks ranks on the network between nodes that `link`
+ * describes (cost_model.h; measured by core/link_probe.c: the latency, seconds
+ * per byte, and how much longer a pair's exchange both ways takes than one way). */
+struct link_figures;
+void tuner_net_from_link(struct tuner_net* net, const struct link_figures* link, int nranks);
 
 #endif

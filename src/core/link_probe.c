@@ -126,21 +126,21 @@ gcclResult_t link_measure(gcclComm_t c) {
   struct cost_model env;
   cost_model_links(&env, c->nranks, c->ctx.local_size);
   struct link_figures mine = {.alpha = env.inter.alpha, .beta = env.inter.beta, .duplex = 1.0};
-  int probe = !cost_model_link_from_env() && !c->faults;
+  int named = cost_model_link_from_env(), probe = !named && !c->faults;
   unsigned char* buf = c->ctx.scratch;
   if (probe && c->rank == 0) GCCL_CHECK(initiate(c->tp, first_of_node1, buf, c->ctx.scratch_bytes, &mine));
   if (probe && c->rank == first_of_node1) GCCL_CHECK(answer(c->tp, 0, buf, c->ctx.scratch_bytes));
   struct link_figures all[c->nranks];
   GCCL_CHECK(tp_allgather_small(c->tp, &mine, sizeof mine, all));
   c->link = all[0];
-  if (probe || cost_model_link_from_env()) tuner_net_from_link(&c->ctx.net, &c->link, c->nranks);
+  if (probe || named) tuner_net_from_link(&c->ctx.net, &c->link, c->nranks);
   GCCL_INFO(LOG_INIT,
             "the link between nodes: %.3g Gbit/s, %.3g us, a pair both ways %.2fx one way (%s; %.1f ms): rhd up to "
             "%zu bytes, in-band halving above %zu",
             8e-9 / c->link.beta, c->link.alpha * 1e6, c->link.duplex,
-            c->link.measured             ? "measured by rank 0"
-            : cost_model_link_from_env() ? "named by the environment"
-                                         : "not measured under GCCL_FAULT",
+            c->link.measured ? "measured by rank 0"
+            : named          ? "named by the environment"
+                             : "not measured under GCCL_FAULT",
             (double)(clock_now_ns() - start) * 1e-6, c->ctx.net.rhd_max_bytes, c->ctx.net.halving_min_bytes);
   return gcclSuccess;
 }
