@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
     err = scale > 0 ? err / scale : err;
     PMPI_Allreduce(&err, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0)
-      printf("  %10zu %12.2f %12.2f %8.2f %9.2g%s\n", count * 4, bench_median(mpi_t, rounds) * 1e6,
+      printf("  %10zu %12.3f %12.3f %8.2f %9.2g%s\n", count * 4, bench_median(mpi_t, rounds) * 1e6,
              bench_median(other_t, rounds) * 1e6, bench_median(ratio, rounds), worst,
              worst == 0 || lossy ? "" : "  WRONG RESULT");
     fflush(stdout);

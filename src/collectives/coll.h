@@ -7,7 +7,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "gccl.h"
 #include "transport/transport.h"
@@ -75,11 +74,13 @@ static inline struct coll_extent coll_extent_of(const struct coll_args* a, size_
 }
 
 /* A user's call as the public functions make it: no compressor yet, host buffers
- * until enqueue looks. */
+ * until enqueue looks. It sets every field (core/collectives.c asserts that
+ * device_recv is the last): a new field must be added here. */
 static inline struct coll_args coll_call(enum coll_kind kind, const void* sendbuff, void* recvbuff, size_t count,
                                          gcclDataType_t dt, gcclRedOp_t op, int root) {
+  /* Field by field, no memset: zeroing it whole (rep stos) and then copying it
+   * stalled on store forwarding, a fifth of a one-rank call's 0.12 us. */
   struct coll_args a;
-  memset(&a, 0, sizeof a);
   a.kind = kind;
   a.sendbuff = sendbuff;
   a.recvbuff = recvbuff;
@@ -87,6 +88,12 @@ static inline struct coll_args coll_call(enum coll_kind kind, const void* sendbu
   a.dt = dt;
   a.op = op;
   a.root = root;
+  a.comp = NULL;
+  a.comp_first = 0;
+  a.device = 0;
+  a.cuda_stream = NULL;
+  a.device_send = NULL;
+  a.device_recv = NULL;
   return a;
 }
 

@@ -18,6 +18,11 @@
   X(gcclFloat64, 8, "float64") \
   X(gcclBfloat16, 2, "bfloat16")
 
+/* argcheck tests alignment with a mask. */
+#define DTYPE_SIZE_POW2(e, size, name) _Static_assert(((size) & ((size)-1)) == 0, name " has a power-of-two size");
+DTYPE_TABLE(DTYPE_SIZE_POW2)
+#undef DTYPE_SIZE_POW2
+
 size_t dtype_size(gcclDataType_t dt) {
   switch (dt) {
 #define DTYPE_SIZE_CASE(e, size, name) \

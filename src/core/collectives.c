@@ -4,13 +4,17 @@
 #include "core/comm.h"
 #include "core/dropin.h"
 
+/* coll_call (coll.h) sets every field without zeroing the struct first. */
+_Static_assert(offsetof(struct coll_args, device_recv) + sizeof(void*) == sizeof(struct coll_args),
+               "a field after device_recv: coll_call must set it");
+
 static gcclResult_t check(gcclComm_t comm, const struct coll_args* a, gcclStream_t stream, const char* fn) {
   gcclResult_t res = argcheck_collective(comm, a, fn);
   if (res == gcclSuccess) res = argcheck_call_stream(stream, fn);
   return comm_fail(comm, res);
 }
 
-static gcclResult_t launch(gcclComm_t comm, const struct coll_args* a, gcclStream_t stream, const char* fn) {
+static gcclResult_t launch(gcclComm_t comm, struct coll_args* a, gcclStream_t stream, const char* fn) {
   GCCL_CHECK(check(comm, a, stream, fn));
   return enqueue_collective(comm, a, stream);
 }

@@ -21,8 +21,8 @@
 
 #define DEFAULT_TIMEOUT_MS 300000
 
-gcclResult_t comm_fail(gcclComm_t comm, gcclResult_t result) {
-  if (result != gcclSuccess && handle_live(HANDLE_COMM, comm)) {
+gcclResult_t comm_record_error(gcclComm_t comm, gcclResult_t result) {
+  if (handle_live(HANDLE_COMM, comm)) {
     pthread_mutex_lock(&comm->mu);
     snprintf(comm->last_error, sizeof comm->last_error, "%s", err_last());
     pthread_mutex_unlock(&comm->mu);
@@ -192,16 +192,22 @@ fail:
 
 /* ---- destruction ------------------------------------------------------------------ */
 
+/* A waiter counts itself in idle_waiters, then reads pending, under mu; the
+ * call that drops pending to 0 then reads idle_waiters (both sequentially
+ * consistent). So either the waiter sees 0, or the dropper sees the waiter and
+ * signals under mu, which the waiter holds from its read until it sleeps. */
 static void wait_idle(gcclComm_t c) {
   pthread_mutex_lock(&c->mu);
-  while (c->pending > 0) pthread_cond_wait(&c->idle, &c->mu);
+  atomic_fetch_add(&c->idle_waiters, 1);
+  while (atomic_load(&c->pending) > 0) pthread_cond_wait(&c->idle, &c->mu);
+  atomic_fetch_sub(&c->idle_waiters, 1);
   pthread_mutex_unlock(&c->mu);
 }
 
 void comm_pending_add(gcclComm_t c, int delta) {
+  if (atomic_fetch_add(&c->pending, delta) + delta != 0 || atomic_load(&c->idle_waiters) == 0) return;
   pthread_mutex_lock(&c->mu);
-  c->pending += delta;
-  if (c->pending == 0) pthread_cond_broadcast(&c->idle);
+  pthread_cond_broadcast(&c->idle);
   pthread_mutex_unlock(&c->mu);
 }
 

@@ -24,9 +24,14 @@ struct gcclComm {
   uint64_t seq;               /* collectives run so far */
   atomic_int async_error;     /* gcclResult_t that broke the communicator */
 
+  /* Collectives queued or running, not yet finished. Atomic, so that a call
+   * counts itself without a lock: two lock pairs were ~10% of an 8-byte
+   * allreduce over MPI's shared memory (comm_pending_add). */
+  atomic_int pending;
+  atomic_int idle_waiters; /* threads in wait_idle: pending's drop to 0 signals idle */
+
   pthread_mutex_t mu;  /* guards what follows */
-  pthread_cond_t idle; /* signalled when pending drops to 0 */
-  int pending;         /* collectives queued or running, not yet finished */
+  pthread_cond_t idle; /* signalled when pending drops to 0 and idle_waiters > 0 */
   char last_error[512];
   struct gcclStream* group_stream;   /* runs this comm's NULL-stream work of a group */
   struct device_stage* device_stage; /* pinned host buffers for device-buffer calls (device/device.h) */
@@ -52,15 +57,18 @@ int comm_unique_id_valid(const gcclUniqueId* id);
 gcclResult_t comm_check_usable(gcclComm_t comm, const char* fn);
 
 /* Copies the calling thread's last error text to comm (when comm is valid) and
- * returns `result`. */
-gcclResult_t comm_fail(gcclComm_t comm, gcclResult_t result);
+ * returns `result`. Inline for success, which every call passes several times. */
+gcclResult_t comm_record_error(gcclComm_t comm, gcclResult_t result);
+static inline gcclResult_t comm_fail(gcclComm_t comm, gcclResult_t result) {
+  return result == gcclSuccess ? result : comm_record_error(comm, result);
+}
 
 /* Book-keeping of collectives queued or running (destroy and abort wait for them). */
 void comm_pending_add(gcclComm_t comm, int delta);
 
 /* Launches a checked collective: recorded in an open group, queued on a stream, or
- * executed now (enqueue.c). */
-gcclResult_t enqueue_collective(gcclComm_t comm, const struct coll_args* args, gcclStream_t stream);
+ * executed now (enqueue.c). Fills in args' device fields (device_buffers). */
+gcclResult_t enqueue_collective(gcclComm_t comm, struct coll_args* args, gcclStream_t stream);
 
 /* Compressors that are live gcclCompressor_t handles (compress_api.c): the
  * public ones, and the GCCL_COMPRESS table's, which users can reach through

@@ -193,10 +193,7 @@ gcclResult_t dropin_measure(gcclComm_t comm) {
 /* ---- the table --------------------------------------------------------------------- */
 
 static int comm_idle(gcclComm_t comm) {
-  pthread_mutex_lock(&comm->mu);
-  int idle = comm->pending == 0;
-  pthread_mutex_unlock(&comm->mu);
-  return idle;
+  return atomic_load(&comm->pending) == 0;
 }
 
 /* Destroys least recently used entries down to the bound. Only while no call is

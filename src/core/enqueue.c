@@ -5,12 +5,10 @@
 #include "core/execute.h"
 #include "device/device.h"
 
-gcclResult_t enqueue_collective(gcclComm_t comm, const struct coll_args* call, gcclStream_t stream) {
+gcclResult_t enqueue_collective(gcclComm_t comm, struct coll_args* args, gcclStream_t stream) {
   /* Device buffers are found now, in the caller's thread, and staged when the call runs. */
-  struct coll_args flagged = *call;
-  flagged.device = device_buffers(call, comm->nranks);
-  flagged.cuda_stream = stream_cuda(stream);
-  const struct coll_args* args = &flagged;
+  args->device = device_buffers(args, comm->nranks);
+  args->cuda_stream = stream_cuda(stream);
   GCCL_CHECK(comm_fail(comm, argcheck_worker_thread(comm, args->kind, stream)));
   if (group_record(comm, args, stream)) return gcclSuccess;
   if (stream) return comm_fail(comm, stream_push(stream, comm, args));

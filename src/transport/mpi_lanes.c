@@ -197,13 +197,22 @@ static gcclResult_t req_new(struct mpi_tp* t, int is_send, int peer, const void*
   if (peer < 0 || peer >= t->base.nranks)
     return err_set(gcclInternalError, "MPI transport: peer %d is not in [0, %d)", peer, t->base.nranks);
   GCCL_CHECK(req_alloc(t, h));
-  t->pool[*h] = (struct mt_req){.is_send = is_send,
-                                .peer = peer,
-                                .next = -1,
-                                .buf = (char*)(uintptr_t)buf,
-                                .bytes = bytes,
-                                .got = got,
-                                .mreq = MPI_REQUEST_NULL};
+  /* Field by field: a compound literal zeroed the whole request first with rep
+   * stos, 4% of an 8-byte allreduce over shared memory. */
+  struct mt_req* r = &t->pool[*h];
+  r->state = MT_FREE;
+  r->is_send = is_send;
+  r->peer = peer;
+  r->next = -1;
+  r->buf = (char*)(uintptr_t)buf;
+  r->bytes = bytes;
+  r->got = got;
+  r->tag = NULL;
+  r->tagged = 0;
+  r->done = r->posted = 0;
+  r->last = 0;
+  r->mreq = MPI_REQUEST_NULL;
+  r->result = gcclSuccess;
   return gcclSuccess;
 }
 
