@@ -10,10 +10,10 @@ if [[ "${1:-}" != "--bench-only" ]]; then
   # builds the slow-network test bed; torch, sklearn, pytest, pip and setuptools
   # test the Python binding, its DDP hooks and examples/train_digits.py; venv is
   # where the install test puts `pip install ./python` (Debian's pip refuses the system);
-  # OpenBLAS does the powersgd codec's matrix products (through CBLAS).
+  # OpenBLAS does the powersgd codec's matrix products (CBLAS, loaded when first used).
   pkgs+=(libgtest-dev openmpi-bin libopenmpi-dev libzstd-dev clang libclang-rt-14-dev python3 python3-matplotlib
     python3-numpy python3-mpi4py valgrind iproute2 python3-torch python3-sklearn python3-pytest python3-pip
-    python3-setuptools python3-venv libopenblas-dev)
+    python3-setuptools python3-venv libopenblas0)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

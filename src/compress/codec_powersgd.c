@@ -12,6 +12,7 @@
 
 #include "common/arena.h"
 #include "common/result.h"
+#include "compress/blas.h"
 #include "compress/codec.h"
 #include "compress/powersgd.h"
 #include "compress/rng.h"
@@ -64,9 +65,12 @@ static gcclResult_t powersgd_state_create(const struct codec_spec* s, size_t n, 
   if (sh.rows > INT_MAX || sh.cols > INT_MAX) /* CBLAS takes int dimensions */
     return err_set(gcclInvalidArgument, "powersgd: a %zu x %zu matrix is beyond CBLAS's int dimensions (cols=%llu)",
                    sh.rows, sh.cols, (unsigned long long)s->cols);
+  const struct blas_api* blas = NULL;
+  GCCL_CHECK(blas_get(&blas));
   struct powersgd_state* st = calloc(1, sizeof *st);
   if (!st) return err_set(gcclSystemError, "powersgd: out of memory for its state");
   st->shape = sh;
+  st->blas = blas;
   gcclResult_t res = arena_alloc((void**)&st->m, sh.rows * sh.cols * sizeof(float));
   if (res == gcclSuccess) res = arena_alloc((void**)&st->p, sh.rows * sh.rank * sizeof(float));
   if (res == gcclSuccess) res = arena_alloc((void**)&st->q, sh.cols * sh.rank * sizeof(float));

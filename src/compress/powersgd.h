@@ -38,14 +38,17 @@ static inline size_t powersgd_block_rows(struct powersgd_shape sh) {
 /* Where a call is between its steps (powersgd_steps.c). */
 enum powersgd_step { POWERSGD_IDLE, POWERSGD_HAS_P, POWERSGD_HAS_Q };
 
+struct blas_api;
+
 struct powersgd_state {
   struct powersgd_shape shape;
-  float* m;      /* rows x cols: input + residual, padded */
-  float* p;      /* rows x rank */
-  float* q;      /* cols x rank: the committed Q, the next call's start */
-  float* q_next; /* cols x rank: this call's Q, current after commit */
-  float* block;  /* powersgd_block_rows x cols: a block of the output */
-  int staged;    /* q_next holds a Q that the compressor's commit makes current */
+  const struct blas_api* blas; /* its products' CBLAS (blas.h) */
+  float* m;                    /* rows x cols: input + residual, padded */
+  float* p;                    /* rows x rank */
+  float* q;                    /* cols x rank: the committed Q, the next call's start */
+  float* q_next;               /* cols x rank: this call's Q, current after commit */
+  float* block;                /* powersgd_block_rows x cols: a block of the output */
+  int staged;                  /* q_next holds a Q that the compressor's commit makes current */
   enum powersgd_step step;
 };
 

@@ -1,7 +1,7 @@
 /* powersgd_steps.c — PowerSGD's arithmetic between its two sums, for one rank:
  * the low-rank allreduce (collectives/powersgd.c) runs these with its own dense
  * allreduces between them, the public gcclPowerSgd* calls (core/lowrank_api.c)
- * with the caller's (torch.distributed's, say). Products through CBLAS.
+ * with the caller's (torch.distributed's, say). Products through CBLAS (blas.h).
  *
  *   compute_p       M = input + residual;  P = M Q             (then P summed)
  *   compute_q       P (summed) kept and orthonormalised; Q' = M^T P  (then Q' summed)
@@ -21,10 +21,8 @@
 
 #include "common/dtype.h"
 #include "common/result.h"
+#include "compress/blas.h"
 #include "compress/compressor.h"
-
-#ifdef GCCL_HAVE_BLAS
-#include <cblas.h>
 
 static int all_finite(const float* x, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -38,16 +36,16 @@ static int all_finite(const float* x, size_t n) {
  * below r) keeps, after one pass, rounding noise with a large part along them,
  * and normalised that noise breaks P P^T M = M. A column that cancels to below
  * 2^-20 of its norm carries no direction and becomes 0. */
-static void orthonormalise(float* p, size_t rows, size_t r) {
+static void orthonormalise(const struct blas_api* blas, float* p, size_t rows, size_t r) {
   for (size_t j = 0; j < r; j++) {
-    float before = cblas_snrm2((int)rows, p + j, (int)r);
+    float before = blas->snrm2((int)rows, p + j, (int)r);
     for (int pass = 0; pass < 2; pass++)
       for (size_t i = 0; i < j; i++) {
-        float d = cblas_sdot((int)rows, p + i, (int)r, p + j, (int)r);
-        cblas_saxpy((int)rows, -d, p + i, (int)r, p + j, (int)r);
+        float d = blas->sdot((int)rows, p + i, (int)r, p + j, (int)r);
+        blas->saxpy((int)rows, -d, p + i, (int)r, p + j, (int)r);
       }
-    float norm = cblas_snrm2((int)rows, p + j, (int)r);
-    cblas_sscal((int)rows, norm > before * 0x1p-20f ? 1.0f / norm : 0.0f, p + j, (int)r);
+    float norm = blas->snrm2((int)rows, p + j, (int)r);
+    blas->sscal((int)rows, norm > before * 0x1p-20f ? 1.0f / norm : 0.0f, p + j, (int)r);
   }
 }
 
@@ -68,8 +66,8 @@ gcclResult_t powersgd_compute_p(struct gcclCompressor* c, const void* src, gcclD
     /* every element's residual is restaged by compute_output */
     GCCL_CHECK(compressor_stage_input(c, src, dt, at, len, st->m));
     memset(st->m + at + len, 0, (nr * cols - len) * sizeof(float)); /* the last row's padding */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)r, (int)cols, 1.0f, st->m + at, (int)cols,
-                st->q, (int)r, 0.0f, p + row * r, (int)r);
+    st->blas->sgemm(BLAS_ROW_MAJOR, BLAS_NO_TRANS, BLAS_NO_TRANS, (int)nr, (int)r, (int)cols, 1.0f, st->m + at,
+                    (int)cols, st->q, (int)r, 0.0f, p + row * r, (int)r);
   }
   st->step = POWERSGD_HAS_P;
   return gcclSuccess;
@@ -86,11 +84,11 @@ void powersgd_compute_q(struct gcclCompressor* c, const float* p_sum, float* q) 
     for (size_t i = 0; i < cols * r; i++) q[i] = NAN;
     return;
   }
-  orthonormalise(p, sh.rows, r);
+  orthonormalise(st->blas, p, sh.rows, r);
   for (size_t row = 0; row < sh.rows; row += block) { /* Q' = sum over blocks of M_b^T P_b */
     size_t nr = sh.rows - row < block ? sh.rows - row : block;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)cols, (int)r, (int)nr, 1.0f, st->m + row * cols,
-                (int)cols, p + row * r, (int)r, row ? 1.0f : 0.0f, q, (int)r);
+    st->blas->sgemm(BLAS_ROW_MAJOR, BLAS_TRANS, BLAS_NO_TRANS, (int)cols, (int)r, (int)nr, 1.0f, st->m + row * cols,
+                    (int)cols, p + row * r, (int)r, row ? 1.0f : 0.0f, q, (int)r);
   }
 }
 
@@ -121,8 +119,8 @@ void powersgd_compute_output(struct gcclCompressor* c, const float* q, void* dst
   for (size_t row = 0; row < rows; row += block) {
     size_t nr = rows - row < block ? rows - row : block, at = row * cols;
     size_t len = at + nr * cols <= n ? nr * cols : n - at; /* the padding is not written */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)cols, (int)r, 1.0f, p + row * r, (int)r, q,
-                (int)r, 0.0f, out, (int)cols);
+    st->blas->sgemm(BLAS_ROW_MAJOR, BLAS_NO_TRANS, BLAS_TRANS, (int)nr, (int)cols, (int)r, 1.0f, p + row * r, (int)r, q,
+                    (int)r, 0.0f, out, (int)cols);
     if (c->spec.ef)
       for (size_t i = 0; i < len; i++) c->work[at + i] = st->m[at + i] - out[i] * share;
     f32_store((unsigned char*)dst + at * size, dt, out, len);
@@ -130,16 +128,3 @@ void powersgd_compute_output(struct gcclCompressor* c, const float* q, void* dst
   if (q != st->q_next) memcpy(st->q_next, q, cols * r * sizeof(float));
   st->staged = 1; /* Q' becomes the next call's Q when the compressor commits */
 }
-
-#else /* without BLAS the codec is refused when a compressor is made (core/argcheck.c) */
-gcclResult_t powersgd_compute_p(struct gcclCompressor* c, const void* src, gcclDataType_t dt, float* p) {
-  (void)c, (void)src, (void)dt, (void)p;
-  return err_set(gcclInternalError, "powersgd: gccl was built without BLAS");
-}
-void powersgd_compute_q(struct gcclCompressor* c, const float* p_sum, float* q) {
-  (void)c, (void)p_sum, (void)q;
-}
-void powersgd_compute_output(struct gcclCompressor* c, const float* q, void* dst, gcclDataType_t dt, int nranks) {
-  (void)c, (void)q, (void)dst, (void)dt, (void)nranks;
-}
-#endif

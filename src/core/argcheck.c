@@ -206,11 +206,6 @@ gcclResult_t argcheck_compressor_spec(const char* spec, size_t count, gcclDataTy
     return err_set(gcclInvalidArgument,
                    "gcclCompressorCreate: codec %s compresses floating-point tensors only, not %s (use \"none\")",
                    spec_codec_name(parsed->codec), dtype_name(dt));
-#ifndef GCCL_HAVE_BLAS
-  if (parsed->codec == CODEC_POWERSGD)
-    return err_set(gcclInvalidArgument,
-                   "gcclCompressorCreate: spec \"%s\" asks for powersgd, but gccl was built without BLAS", spec);
-#endif
 #ifndef GCCL_HAVE_ZSTD
   if (parsed->zstd)
     return err_set(gcclInvalidArgument,
