@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/dl_symbols.h"
 #include "common/result.h"
 
 static struct blas_api api;
@@ -14,23 +15,15 @@ static pthread_once_t api_once = PTHREAD_ONCE_INIT;
 
 /* Fills api from lib; 0, naming the missing function in api_error, when lib lacks one. */
 static int take_functions(void* lib, const char* name) {
-  struct {
-    const char* name;
-    void* slot; /* a function pointer field of api */
-  } syms[] = {
+  const struct dl_symbol syms[] = {
       {"cblas_sgemm", (void*)&api.sgemm}, {"cblas_snrm2", (void*)&api.snrm2}, {"cblas_sdot", (void*)&api.sdot},
       {"cblas_saxpy", (void*)&api.saxpy}, {"cblas_sscal", (void*)&api.sscal},
   };
-  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-    void* f = dlsym(lib, syms[i].name);
-    if (f == NULL) {
-      size_t at = strlen(api_error);
-      snprintf(api_error + at, sizeof api_error - at, " %s: no %s;", name, syms[i].name);
-      return 0;
-    }
-    memcpy(syms[i].slot, &f, sizeof f); /* POSIX: function pointers are object-pointer sized */
-  }
-  return 1;
+  const char* missing = dl_symbols_resolve(lib, syms, sizeof syms / sizeof syms[0]);
+  if (missing == NULL) return 1;
+  size_t at = strlen(api_error);
+  snprintf(api_error + at, sizeof api_error - at, " %s: no %s;", name, missing);
+  return 0;
 }
 
 static void load(void) {

@@ -4,8 +4,8 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <string.h>
 
+#include "common/dl_symbols.h"
 #include "common/result.h"
 
 /* ncclCommSplit appeared in NCCL 2.18. */
@@ -35,10 +35,7 @@ static void load(void) {
     snprintf(api_error, sizeof api_error, "gcclCommInitNccl: could not load libnccl.so.2: %s", dlerror());
     return;
   }
-  struct {
-    const char* name;
-    void* slot; /* a function pointer field of api */
-  } syms[] = {
+  const struct dl_symbol syms[] = {
       {"ncclCommSplit", (void*)&api.comm_split},
       {"ncclCommDestroy", (void*)&api.comm_destroy},
       {"ncclCommAbort", (void*)&api.comm_abort},
@@ -68,14 +65,10 @@ static void load(void) {
              "gcclCommInitNccl: NCCL %s is loaded; gccl needs NCCL 2.18 or later (ncclCommSplit)", have);
     return;
   }
-  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-    void* f = dlsym(lib, syms[i].name);
-    if (f == NULL) {
-      api_result = gcclSystemError;
-      snprintf(api_error, sizeof api_error, "gcclCommInitNccl: the loaded NCCL has no %s", syms[i].name);
-      return;
-    }
-    memcpy(syms[i].slot, &f, sizeof f); /* POSIX: function pointers are object-pointer sized */
+  const char* missing = dl_symbols_resolve(lib, syms, sizeof syms / sizeof syms[0]);
+  if (missing != NULL) {
+    api_result = gcclSystemError;
+    snprintf(api_error, sizeof api_error, "gcclCommInitNccl: the loaded NCCL has no %s", missing);
   }
 }
 
