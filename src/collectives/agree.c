@@ -5,12 +5,14 @@
  * table of descriptors, so all return gcclInvalidUsage together and the
  * communicator stays usable. On transports that agree in band (MPI) only a hash
  * of the descriptor travels, on the exchange of in_band.c, which a small dense
- * allreduce's data rides (coll_agree_allreduce); the descriptors follow only
+ * allreduce's data rides (coll_agree_allreduce), or on the board of shared memory
+ * when every rank runs on one node (on_board.c); the descriptors follow only
  * when the hashes differ, to say how. */
 #include <stdio.h>
 #include <string.h>
 
 #include "collectives/in_band.h"
+#include "collectives/on_board.h"
 #include "collectives/prims.h"
 #include "common/dtype.h"
 #include "common/result.h"
@@ -145,7 +147,10 @@ static gcclResult_t agree_by_allgather(struct coll_ctx* ctx, const struct coll_d
 static gcclResult_t agree_in_band(struct coll_ctx* ctx, const struct coll_args* a, enum coll_algo algo, uint64_t seq,
                                   const struct coll_args* sum) {
   int agreed = 0;
-  GCCL_CHECK(in_band_exchange(ctx, hash_of(a, algo), sum, &agreed));
+  if (tp_has_board(ctx->tp))
+    GCCL_CHECK(board_exchange(ctx, hash_of(a, algo), sum, &agreed));
+  else
+    GCCL_CHECK(in_band_exchange(ctx, hash_of(a, algo), sum, &agreed));
   if (agreed) return gcclSuccess;
   struct coll_desc mine;
   describe(ctx, a, algo, seq, &mine);

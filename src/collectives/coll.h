@@ -114,7 +114,7 @@ struct coll_ctx {
   void* scratch; /* allocated once per communicator; the same size on every rank,
                     since algorithms derive message sizes from it */
   size_t scratch_bytes;
-  const void** peer_send; /* [nranks], filled by coll_agree when tp->shares_address_space */
+  const void** peer_send; /* [nranks], filled by coll_agree when tp->shares_address_space (on a board: its posts) */
   void** peer_recv;       /* [nranks] */
   /* Topology: ranks [k*local_size, (k+1)*local_size) form node k (the last node
    * may be smaller). GCCL_RANKS_PER_NODE, else nranks (one node). */

@@ -32,13 +32,16 @@ static const char* thread_level_name(int level) {
  * blocks of consecutive ranks (the last may be smaller): the block size when the
  * ranks that share memory form such blocks, else nranks (one flat node). Each
  * rank learns the lowest rank of its node; the nodes are blocks of L when rank r's
- * lowest is r - r % L for every r, L being the size of rank 0's node. Collective. */
-static gcclResult_t detect_node_size(MPI_Comm comm, int rank, int nranks, int* node_size) {
+ * lowest is r - r % L for every r, L being the size of rank 0's node. *one_node:
+ * every rank shares this node's memory (whatever the blocks). Collective. */
+static gcclResult_t detect_node_size(MPI_Comm comm, int rank, int nranks, int* node_size, int* one_node) {
   *node_size = nranks;
   MPI_Comm node;
   int rc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
   if (rc != MPI_SUCCESS) return mpi_error(rc, "gcclCommInitMpi: MPI_Comm_split_type");
-  int lowest = rank;
+  int lowest = rank, here = 0;
+  MPI_Comm_size(node, &here);
+  *one_node = here == nranks; /* the same answer on every rank */
   rc = MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, node);
   MPI_Comm_free(&node);
   if (rc != MPI_SUCCESS) return mpi_error(rc, "gcclCommInitMpi: MPI_Allreduce on the node");
@@ -133,13 +136,13 @@ gcclResult_t gcclCommInitMpi(gcclComm_t* comm, MPI_Comm mpiComm) {
   MPI_Comm dup;
   int rc;
   if ((rc = MPI_Comm_dup(mpiComm, &dup)) != MPI_SUCCESS) return mpi_error(rc, "gcclCommInitMpi: MPI_Comm_dup");
-  int rank = 0, nranks = 1, node_size = 1;
+  int rank = 0, nranks = 1, node_size = 1, one_node = 0;
   uint64_t comm_id = 0;
   gcclResult_t res = gcclSuccess;
   if ((rc = MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN)) != MPI_SUCCESS ||
       (rc = MPI_Comm_rank(dup, &rank)) != MPI_SUCCESS || (rc = MPI_Comm_size(dup, &nranks)) != MPI_SUCCESS)
     res = mpi_error(rc, "gcclCommInitMpi: setting up the duplicate communicator");
-  if (res == gcclSuccess) res = detect_node_size(dup, rank, nranks, &node_size);
+  if (res == gcclSuccess) res = detect_node_size(dup, rank, nranks, &node_size, &one_node);
   if (res == gcclSuccess) res = agree_comm_id(dup, rank, &comm_id);
   if (res != gcclSuccess) {
     MPI_Comm_free(&dup);
@@ -148,10 +151,12 @@ gcclResult_t gcclCommInitMpi(gcclComm_t* comm, MPI_Comm mpiComm) {
 
   /* This rank's part; a failure is reported to every rank below. */
   gcclComm_t c = NULL;
+  struct transport* mpi_tp = NULL;
   res = comm_alloc(&c, rank, nranks, node_size, 1);
   if (res == gcclSuccess) {
     log_set_rank(rank);
-    res = mpi_transport_create(&c->tp, dup, comm_id, c->timeout_ms, level, node_size == nranks);
+    res = mpi_transport_create(&c->tp, dup, comm_id, c->timeout_ms, level, one_node);
+    mpi_tp = c->tp; /* comm_faults_install may wrap it */
   }
   struct setup_report settings = {0};
   if (res == gcclSuccess) {
@@ -162,6 +167,7 @@ gcclResult_t gcclCommInitMpi(gcclComm_t* comm, MPI_Comm mpiComm) {
   }
   gcclResult_t all = setup_agree(dup, nranks, res, &settings);
   if (res == gcclSuccess) res = all;
+  if (res == gcclSuccess && one_node) res = mpi_transport_add_board(mpi_tp); /* on every rank, or none */
   if (res == gcclSuccess) {
     c->ctx.tp = c->tp;
     res = link_measure(c); /* on every rank, or (setup_agree) on none */

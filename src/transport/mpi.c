@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/env.h"
@@ -169,20 +170,21 @@ static gcclResult_t time_out(struct mpi_tp* t, const char* fmt, ...) {
 /* A wait in progress: its polls, and when it started to give the core away. */
 struct mt_waiting {
   unsigned polls;
+  unsigned busy_polls; /* the first polls, which neither read the clock nor give the core away; >= 1 */
   int64_t start_ns;
 };
 
 /* One round of a loop that waits: gcclRemoteError once the transport is broken
  * (by a peer's control message too), gcclTimeout (nothing recorded: the caller
  * says what it waited for) past the timeout; otherwise, after the first
- * MT_BUSY_POLLS, gives the core away for a moment. */
+ * busy polls, gives the core away for a moment. */
 static gcclResult_t poll_step(struct mpi_tp* t, struct mt_waiting* w) {
   mpi_lanes_poll(t);
   notify_peers(t); /* below MPI_THREAD_MULTIPLE an abort leaves it to this thread */
   if (tp_break_reason(&t->brk) != gcclSuccess) return fail_broken(t);
-  if (++w->polls < MT_BUSY_POLLS) return gcclSuccess;
+  if (++w->polls < w->busy_polls) return gcclSuccess;
   int64_t now = clock_now_ns();
-  if (w->polls == MT_BUSY_POLLS) w->start_ns = now;
+  if (w->polls == w->busy_polls) w->start_ns = now;
   control_poll(t);
   return deadline_pause(w->start_ns, now, t->timeout_ns, t->spin_ns, MT_NAP_NS);
 }
@@ -219,7 +221,7 @@ static gcclResult_t mt_wait(struct transport* tp, tp_req h) {
     if (tp_break_reason(&t->brk) != gcclSuccess) return fail_broken(t);
     return err_set(gcclInternalError, "MPI transport: wait on request %d, which is not pending", h);
   }
-  struct mt_waiting w = {0, 0};
+  struct mt_waiting w = {0, MT_BUSY_POLLS, 0};
   for (;;) {
     mpi_lanes_advance(t, h);
     struct mt_req* r = &t->pool[h];
@@ -241,7 +243,7 @@ static gcclResult_t mt_wait(struct transport* tp, tp_req h) {
 
 /* Waits for the non-blocking collective in coll_req. */
 static gcclResult_t wait_collective(struct mpi_tp* t, const char* name) {
-  struct mt_waiting w = {0, 0};
+  struct mt_waiting w = {0, MT_BUSY_POLLS, 0};
   for (;;) {
     int flag = 0;
     int rc = MPI_Test(&t->coll_req, &flag, MPI_STATUS_IGNORE);
@@ -387,7 +389,27 @@ static void mt_destroy(struct transport* tp) {
     }
     MPI_Comm_free(&t->comm);
   }
+  mpi_board_destroy(t);
   mt_free(t, coll_pending);
+}
+
+/* Waits on the board as on a message: polling MPI too, so that a peer's failure
+ * or abort ends it and the timeout holds. */
+static gcclResult_t mt_board_post(struct transport* tp, uint64_t hash, const void* data, size_t bytes,
+                                  const struct tp_post** all) {
+  struct mpi_tp* t = mt(tp);
+  if (tp_break_reason(&t->brk) != gcclSuccess) return fail_broken(t);
+  if (bytes > TP_BOARD_MAX_BYTES) return err_set(gcclInternalError, "a board post of %zu bytes", bytes);
+  board_publish(&t->board, hash, data, bytes);
+  struct mt_waiting w = {0, t->board_busy_polls, 0};
+  for (int r = 0; r < tp->nranks; r++)
+    while (!board_arrived(&t->board, r)) {
+      gcclResult_t res = poll_step(t, &w);
+      if (res == gcclTimeout) return time_out(t, "rank %d to post its call on the board", r);
+      if (res != gcclSuccess) return res;
+    }
+  *all = t->board.posts;
+  return gcclSuccess;
 }
 
 static void mt_progress(struct transport* tp) {
@@ -412,6 +434,20 @@ static const struct transport_ops mpi_ops = {
     .isend_tagged = mt_isend_tagged,
     .irecv_tagged = mt_irecv_tagged,
 };
+
+gcclResult_t mpi_transport_add_board(struct transport* tp) {
+  struct mpi_tp* t = mt(tp);
+  GCCL_CHECK(mpi_board_create(t));
+  if (!t->board_bytes) return gcclSuccess;
+  t->ops.board_post = mt_board_post;
+  /* With more ranks than cores, the peer a wait spins for may be off its core:
+   * at np 4 on 2 cores, 4 bytes took 2.1x MPI_Allreduce's time after the usual
+   * busy polls, 0.9x yielding at the first poll that finds nothing
+   * (BENCHMARKS.md, issue 30). */
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  t->board_busy_polls = cpus > 0 && tp->nranks > cpus ? 1 : MT_BUSY_POLLS;
+  return gcclSuccess;
+}
 
 size_t mpi_transport_chunk_bytes(const struct transport* tp) {
   return ((const struct mpi_tp*)tp)->chunk_bytes;
@@ -471,7 +507,8 @@ gcclResult_t mpi_transport_create(struct transport** out, MPI_Comm comm, uint64_
     mt_free(t, 0);
     return mpi_error(rc, "MPI transport: posting the control receive (MPI_Irecv)");
   }
-  t->base.ops = &mpi_ops;
+  t->ops = mpi_ops;
+  t->base.ops = &t->ops;
   t->base.rank = rank;
   t->base.nranks = nranks;
   t->base.shares_address_space = 0;

@@ -34,6 +34,14 @@ On failure comm is left to the caller.
 gcclResult_t mpi_transport_create(struct transport** tp, MPI_Comm comm, uint64_t comm_id, int64_t timeout_ms,
                                   int thread_level, int one_node);
 
+/* Gives the transport a board in shared memory (board.h): step 0 of every call
+ * and a small allreduce's data then travel there, not in MPI messages. Only when
+ * every rank runs on this node. Not when GCCL_MPI_BOARD=0 on some rank, nor when
+ * a rank cannot map shared memory: then no rank has it, and GCCL_DEBUG=INFO says
+ * why. Collective: every rank calls it once every rank made its transport.
+ * Errors: an MPI call's (mpi_error). */
+gcclResult_t mpi_transport_add_board(struct transport* tp);
+
 /* The chunk size the transport splits messages at (the same on every rank). */
 size_t mpi_transport_chunk_bytes(const struct transport* tp);
 

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "transport/board.h"
 #include "transport/deadline.h"
 #include "transport/mpi.h"
 
@@ -50,6 +51,7 @@ struct mt_control {
 
 struct mpi_tp {
   struct transport base;
+  struct transport_ops ops; /* mpi.c's, with board_post where there is a board */
   MPI_Comm comm;
   int thread_level;
   int64_t timeout_ns;
@@ -79,6 +81,10 @@ struct mpi_tp {
   MPI_Request ctl_recv;
   struct mt_control ctl_out;
   MPI_Request* ctl_sends; /* [nranks] */
+
+  struct board board;        /* every rank on this node: mpi_board.c */
+  size_t board_bytes;        /* its mapping's size; 0 without a board */
+  unsigned board_busy_polls; /* polls of a board wait before it yields: 1 with more ranks than cores */
 };
 
 /* ---- mpi.c: failure ----------------------------------------------------------- */
@@ -103,6 +109,14 @@ static inline uint32_t mpi_tag_tagged(const struct mpi_tp* t, uint32_t tag) {
   uint32_t owner = (uint32_t)(t->comm_id & ((1u << MPI_TAG_OWNER_BITS) - 1));
   return TAG_TAGGED | owner << TP_TAG_BITS | (tag & ((1u << TP_TAG_BITS) - 1));
 }
+
+/* ---- mpi_board.c: the board --------------------------------------------------- */
+
+/* Gives the transport a board in shared memory, unless GCCL_MPI_BOARD=0 on some
+ * rank or a rank cannot map one (then none has it, and INFO says why). Every rank
+ * must run on this node. Collective. Errors: an MPI call's (mpi_error). */
+gcclResult_t mpi_board_create(struct mpi_tp* t);
+void mpi_board_destroy(struct mpi_tp* t);
 
 /* ---- mpi_lanes.c: messages ------------------------------------------------------ */
 

@@ -25,6 +25,16 @@ typedef int tp_req; /* request handle, >= 0 */
 /* Largest message tp_allgather_small carries per rank. */
 #define TP_SMALL_MAX 512
 
+/* Largest record a rank posts on a board (board_post). */
+#define TP_BOARD_MAX_BYTES ((size_t)64 << 10)
+
+/* One rank's record on a board: the hash of its call and its data. */
+struct tp_post {
+  uint64_t hash;
+  size_t bytes;
+  const void* data;
+};
+
 struct transport;
 
 struct transport_ops {
@@ -66,6 +76,15 @@ struct transport_ops {
                                tp_req* req);
   gcclResult_t (*irecv_tagged)(struct transport* tp, int peer, void* buf, size_t cap, size_t* got, uint32_t* tag,
                                tp_req* req);
+  /* Optional (NULL unless every rank can read memory every other rank writes:
+   * MPI ranks of one node, transport/board.h): posts this rank's record of the
+   * next round, its hash and `bytes` (<= TP_BOARD_MAX_BYTES) of data, and waits
+   * until every rank posted its record of that round; (*all)[r] is then rank r's.
+   * The records stay readable until this rank posts again. Every rank must post
+   * as often as the others: a transport that offers it also agrees in band, and
+   * step 0 of every call posts exactly once (collectives/agree.c). */
+  gcclResult_t (*board_post)(struct transport* tp, uint64_t hash, const void* data, size_t bytes,
+                             const struct tp_post** all);
 };
 
 /* Bits of a tagged message's tag. (The MPI transport offers tagged messages where
@@ -139,6 +158,14 @@ static inline gcclResult_t tp_isend_tagged(struct transport* tp, int peer, const
 static inline gcclResult_t tp_irecv_tagged(struct transport* tp, int peer, void* buf, size_t cap, size_t* got,
                                            uint32_t* tag, tp_req* req) {
   return tp->ops->irecv_tagged(tp, peer, buf, cap, got, tag, req);
+}
+
+static inline int tp_has_board(const struct transport* tp) {
+  return tp->ops->board_post != NULL;
+}
+static inline gcclResult_t tp_board_post(struct transport* tp, uint64_t hash, const void* data, size_t bytes,
+                                         const struct tp_post** all) {
+  return tp->ops->board_post(tp, hash, data, bytes, all);
 }
 
 /* Blocking forms over the non-blocking primitives. */

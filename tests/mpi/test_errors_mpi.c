@@ -140,7 +140,8 @@ static void check_mismatches(void) {
       odd ? gcclAllGather(a, b, N, gcclFloat32, comm, NULL) : gcclAllReduce(a, b, N, gcclFloat32, gcclSum, comm, NULL),
       "collective", __LINE__);
 
-  /* Small allreduces agree in band (collectives/in_band.c): one rank's call of
+  /* Small allreduces agree in band (collectives/in_band.c, or on_board.c on the
+   * board of one node; mpi_errors_noboard_np4 runs without it): one rank's call of
    * 64 floats, of 600 (halved with 4 ranks), or on the usual path (100000),
    * against 10 floats; an allreduce against a broadcast. The receive buffer
    * keeps what it held. */

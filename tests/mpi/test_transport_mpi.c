@@ -4,7 +4,9 @@
  * Messages around the chunk size (GCCL_MPI_CHUNK_BYTES=64 here), exact and of
  * unknown size, many in flight on one pair and waited for out of order; tagged
  * messages, with a stray message of another communicator dropped before them;
- * the in-band exchange's verdict on calls whose hashes collide; the collective
+ * the in-band exchange's verdict on calls whose hashes collide, and the board's
+ * (rounds of records of every size; none when one rank sets GCCL_MPI_BOARD=0),
+ * with its verdict on the same collisions; the collective
  * primitives; and failures: a size mismatch, a message longer than
  * its receive, a timeout and an abort each break the transport on every rank
  * promptly, and cancel_all returns. Every transport is made up front and freed
@@ -15,6 +17,7 @@
 #include <string.h>
 
 #include "collectives/in_band.h"
+#include "collectives/on_board.h"
 #include "mpi_check.h"
 #include "transport/mpi.h"
 #include "transport/mpi_internal.h"
@@ -123,13 +126,16 @@ static void check_tagged(struct transport* tp) {
   free(in);
 }
 
-/* Calls whose hashes collide but whose sizes differ (rank r sums r + 1 floats)
- * are a mismatch on every rank, the receive buffer untouched; calls that agree
- * sum exactly. */
-static void check_in_band_collision(struct transport* tp) {
+/* On either exchange (in band or on the board), calls whose hashes collide but
+ * whose sizes differ (rank r sums r + 1 floats) are a mismatch on every rank, the
+ * receive buffer untouched; calls that agree sum exactly. */
+typedef gcclResult_t (*exchange_fn)(struct coll_ctx* ctx, uint64_t hash, const struct coll_args* sum, int* agreed);
+
+static void check_collision(struct transport* tp, exchange_fn exchange) {
   struct coll_ctx ctx = {.tp = tp, .rank = tp->rank, .nranks = tp->nranks};
   ctx.scratch_bytes = IN_BAND_SCRATCH_BYTES;
   ctx.scratch = malloc(ctx.scratch_bytes);
+  ctx.peer_send = calloc((size_t)tp->nranks, sizeof *ctx.peer_send);
   float send[16], recv[16];
   for (int i = 0; i < 16; i++) send[i] = (float)(tp->rank + i);
   for (int differ = 0; differ <= 1; differ++) {
@@ -137,7 +143,7 @@ static void check_in_band_collision(struct transport* tp) {
     size_t count = differ ? (size_t)tp->rank + 1 : 5;
     struct coll_args a = {.sendbuff = send, .recvbuff = recv, .count = count, .dt = gcclFloat32, .op = gcclSum};
     int agreed = -1;
-    MC_OK(in_band_exchange(&ctx, 0x1234567890abcdefull, &a, &agreed), NULL);
+    MC_OK(exchange(&ctx, 0x1234567890abcdefull, &a, &agreed), NULL);
     int want = !differ || tp->nranks == 1;
     MC_CHECK(agreed == want, "%s counts under one hash: agreed = %d", differ ? "different" : "equal", agreed);
     for (int i = 0; i < 16; i++) {
@@ -151,6 +157,41 @@ static void check_in_band_collision(struct transport* tp) {
     }
   }
   free(ctx.scratch);
+  free(ctx.peer_send);
+}
+
+/* Record sizes of the board test: the largest among them, and slots reused with
+ * sizes they did not have. */
+static const size_t board_sizes[] = {0, 1, 4, 33, 1000, 4096, TP_BOARD_MAX_BYTES};
+#define NBOARD_SIZES (sizeof board_sizes / sizeof board_sizes[0])
+
+/* Rounds on the board: rank r's record of round n is hash n * 1000 + r and
+ * board_sizes[(n + r) % NBOARD_SIZES] bytes of pattern(r, n, .); every rank reads
+ * every rank's, and the transport still sends messages between rounds. */
+static void check_board(struct transport* tp) {
+  MC_CHECK(tp_has_board(tp), "ranks of one node have no board");
+  if (!tp_has_board(tp)) return;
+  unsigned char* data = malloc(TP_BOARD_MAX_BYTES);
+  for (int n = 1; n <= 100; n++) {
+    size_t bytes = board_sizes[(size_t)(n + tp->rank) % NBOARD_SIZES];
+    for (size_t j = 0; j < bytes; j++) data[j] = pattern(tp->rank, n, j);
+    const struct tp_post* all = NULL;
+    MC_OK(tp_board_post(tp, (uint64_t)n * 1000 + (uint64_t)tp->rank, data, bytes, &all), NULL);
+    for (int r = 0; r < tp->nranks; r++) {
+      size_t want = board_sizes[(size_t)(n + r) % NBOARD_SIZES];
+      const unsigned char* d = all[r].data;
+      int bad = all[r].hash != (uint64_t)n * 1000 + (uint64_t)r || all[r].bytes != want;
+      for (size_t j = 0; j < want && !bad; j++) bad = d[j] != pattern(r, n, j);
+      if (bad) {
+        mc_fail(__FILE__, __LINE__, "round %d: rank %d's record is wrong (hash %llu, %zu bytes)", n, r,
+                (unsigned long long)all[r].hash, all[r].bytes);
+        n = 1000;
+        break;
+      }
+    }
+    if (n % 25 == 0) MC_OK(tp->ops->barrier(tp), NULL);
+  }
+  free(data);
 }
 
 static void check_collective_primitives(struct transport* tp) {
@@ -256,6 +297,12 @@ int main(int argc, char** argv) {
     tp[i] = make_transport(1000 + (uint64_t)i, i == 5 && mc_rank == 0 ? 1000 : 20000);
   mc_setenv("GCCL_MPI_CHUNK_BYTES", NULL);
   struct transport* big = make_transport(999, 20000); /* the default chunk */
+  struct transport* boarded = make_transport(998, 20000);
+  MC_OK(mpi_transport_add_board(boarded), NULL);
+  if (mc_rank == mc_nranks - 1) mc_setenv("GCCL_MPI_BOARD", "0");
+  struct transport* unboarded = make_transport(997, 20000);
+  MC_OK(mpi_transport_add_board(unboarded), NULL);
+  mc_setenv("GCCL_MPI_BOARD", NULL);
 
   MC_CHECK(mpi_transport_chunk_bytes(tp[0]) == CHUNK, "GCCL_MPI_CHUNK_BYTES was not applied");
   MC_CHECK(mpi_transport_chunk_bytes(big) == MPI_TP_CHUNK_BYTES_DEFAULT, "the default chunk is %zu",
@@ -266,7 +313,11 @@ int main(int argc, char** argv) {
   check_sizes(big, 1);
   check_collective_primitives(tp[0]);
   check_tagged(big);
-  check_in_band_collision(big);
+  check_collision(big, in_band_exchange);
+  MC_CHECK(!tp_has_board(big), "a transport has a board without mpi_transport_add_board");
+  check_board(boarded);
+  check_collision(boarded, board_exchange);
+  MC_CHECK(!tp_has_board(unboarded), "a board where one rank set GCCL_MPI_BOARD=0");
   check_cancel_all(tp[1]);
   if (mc_nranks >= 2) {
     check_size_mismatch(tp[2], 0);
@@ -276,5 +327,7 @@ int main(int argc, char** argv) {
   }
   for (int i = 0; i < NTRANSPORTS; i++) tp[i]->ops->destroy(tp[i]);
   big->ops->destroy(big);
+  boarded->ops->destroy(boarded);
+  unboarded->ops->destroy(unboarded);
   return mc_finish("test_transport_mpi");
 }
