@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,10 @@ struct dropin {
   size_t bound; /* entries kept while the communicator is idle */
   struct cost_model model;
   struct cost_codec rates; /* auto mode */
+
+  /* Counted without the lock: a dense call's only work here (each small call
+   * pays it, and on one node under auto: every call). */
+  _Atomic uint64_t dense_calls;
 
   pthread_mutex_t mu; /* guards what follows */
   struct dropin_entry* table;
@@ -245,22 +250,19 @@ gcclResult_t dropin_route(gcclComm_t comm, const struct coll_args* a, gcclCompre
   log_set_rank(comm->rank);
   const char* why = dense_reason(d, a);
   int compress = !why && (!d->auto_mode || model_says_compress(d, comm, a));
-  if (!why && !compress) why = "the model predicts dense faster";
-  pthread_mutex_lock(&d->mu);
-  gcclResult_t res = gcclSuccess;
-  if (compress) {
-    res = acquire(d, comm, a, comp);
-    if (res == gcclSuccess) d->stats.compressed++;
-  } else {
-    d->stats.dense++;
+  if (!compress) {
+    atomic_fetch_add_explicit(&d->dense_calls, 1, memory_order_relaxed);
+    GCCL_INFO(LOG_COLL, "AllReduce drop-in: %zu %s %s at %p stays dense: %s", a->count, dtype_name(a->dt),
+              op_name(a->op), a->sendbuff, why ? why : "the model predicts dense faster");
+    return gcclSuccess;
   }
+  pthread_mutex_lock(&d->mu);
+  gcclResult_t res = acquire(d, comm, a, comp);
+  if (res == gcclSuccess) d->stats.compressed++;
   pthread_mutex_unlock(&d->mu);
-  if (compress && res == gcclSuccess)
+  if (res == gcclSuccess)
     GCCL_INFO(LOG_COLL, "AllReduce drop-in: %zu %s %s at %p compressed with %s", a->count, dtype_name(a->dt),
               op_name(a->op), a->sendbuff, d->spec_text);
-  else if (!compress)
-    GCCL_INFO(LOG_COLL, "AllReduce drop-in: %zu %s %s at %p stays dense: %s", a->count, dtype_name(a->dt),
-              op_name(a->op), a->sendbuff, why);
   return res;
 }
 
@@ -272,6 +274,7 @@ int dropin_get_stats(gcclComm_t comm, struct dropin_stats* out) {
   if (!d) return 0;
   pthread_mutex_lock(&d->mu);
   *out = d->stats;
+  out->dense = atomic_load_explicit(&d->dense_calls, memory_order_relaxed);
   out->entries = d->entries;
   pthread_mutex_unlock(&d->mu);
   return 1;
