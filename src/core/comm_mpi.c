@@ -167,7 +167,8 @@ gcclResult_t gcclCommInitMpi(gcclComm_t* comm, MPI_Comm mpiComm) {
   }
   gcclResult_t all = setup_agree(dup, nranks, res, &settings);
   if (res == gcclSuccess) res = all;
-  if (res == gcclSuccess && one_node) res = mpi_transport_add_board(mpi_tp); /* on every rank, or none */
+  /* On every rank or none: under GCCL_FAULT, whose decorator offers no board, none. */
+  if (res == gcclSuccess && one_node) res = mpi_transport_add_board(mpi_tp, c->tp == mpi_tp);
   if (res == gcclSuccess) {
     c->ctx.tp = c->tp;
     res = link_measure(c); /* on every rank, or (setup_agree) on none */

@@ -435,9 +435,9 @@ static const struct transport_ops mpi_ops = {
     .irecv_tagged = mt_irecv_tagged,
 };
 
-gcclResult_t mpi_transport_add_board(struct transport* tp) {
+gcclResult_t mpi_transport_add_board(struct transport* tp, int wanted) {
   struct mpi_tp* t = mt(tp);
-  GCCL_CHECK(mpi_board_create(t));
+  GCCL_CHECK(mpi_board_create(t, wanted));
   if (!t->board_bytes) return gcclSuccess;
   t->ops.board_post = mt_board_post;
   /* With more ranks than cores, the peer a wait spins for may be off its core:

@@ -36,11 +36,12 @@ gcclResult_t mpi_transport_create(struct transport** tp, MPI_Comm comm, uint64_t
 
 /* Gives the transport a board in shared memory (board.h): step 0 of every call
  * and a small allreduce's data then travel there, not in MPI messages. Only when
- * every rank runs on this node. Not when GCCL_MPI_BOARD=0 on some rank, nor when
- * a rank cannot map shared memory: then no rank has it, and GCCL_DEBUG=INFO says
- * why. Collective: every rank calls it once every rank made its transport.
- * Errors: an MPI call's (mpi_error). */
-gcclResult_t mpi_transport_add_board(struct transport* tp);
+ * every rank runs on this node. Not when some rank passes wanted = 0 (its
+ * transport is wrapped and would not use it) or sets GCCL_MPI_BOARD=0, nor when a
+ * rank cannot map shared memory: then no rank has it, since every rank must agree
+ * the same way, and GCCL_DEBUG=INFO says why. Collective: every rank calls it
+ * once every rank made its transport. Errors: an MPI call's (mpi_error). */
+gcclResult_t mpi_transport_add_board(struct transport* tp, int wanted);
 
 /* The chunk size the transport splits messages at (the same on every rank). */
 size_t mpi_transport_chunk_bytes(const struct transport* tp);

@@ -32,14 +32,14 @@ static void* map_board(const char* name, size_t bytes, int create) {
   return mem == MAP_FAILED ? NULL : mem;
 }
 
-gcclResult_t mpi_board_create(struct mpi_tp* t) {
+gcclResult_t mpi_board_create(struct mpi_tp* t, int wanted) {
   int rank = t->base.rank, nranks = t->base.nranks;
-  int ok = env_int("GCCL_MPI_BOARD", 1) != 0, rc;
+  int ok = wanted && env_int("GCCL_MPI_BOARD", 1) != 0, rc;
   /* Every rank takes part in every step, so that they all end with a board or none. */
   if ((rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, t->comm)) != MPI_SUCCESS)
     return mpi_error(rc, "MPI transport: MPI_Allreduce on the board");
   if (!ok) {
-    GCCL_INFO(LOG_INIT, "no board: GCCL_MPI_BOARD=0 on a rank; calls agree on MPI messages");
+    GCCL_INFO(LOG_INIT, "no board: GCCL_MPI_BOARD=0 or GCCL_FAULT on a rank; calls agree on MPI messages");
     return gcclSuccess;
   }
   size_t bytes = board_bytes(nranks);

@@ -112,10 +112,11 @@ static inline uint32_t mpi_tag_tagged(const struct mpi_tp* t, uint32_t tag) {
 
 /* ---- mpi_board.c: the board --------------------------------------------------- */
 
-/* Gives the transport a board in shared memory, unless GCCL_MPI_BOARD=0 on some
- * rank or a rank cannot map one (then none has it, and INFO says why). Every rank
- * must run on this node. Collective. Errors: an MPI call's (mpi_error). */
-gcclResult_t mpi_board_create(struct mpi_tp* t);
+/* Gives the transport a board in shared memory, unless some rank passes wanted =
+ * 0, sets GCCL_MPI_BOARD=0 or cannot map one (then none has it, and INFO says
+ * why). Every rank must run on this node. Collective. Errors: an MPI call's
+ * (mpi_error). */
+gcclResult_t mpi_board_create(struct mpi_tp* t, int wanted);
 void mpi_board_destroy(struct mpi_tp* t);
 
 /* ---- mpi_lanes.c: messages ------------------------------------------------------ */

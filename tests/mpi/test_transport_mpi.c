@@ -5,7 +5,8 @@
  * unknown size, many in flight on one pair and waited for out of order; tagged
  * messages, with a stray message of another communicator dropped before them;
  * the in-band exchange's verdict on calls whose hashes collide, and the board's
- * (rounds of records of every size; none when one rank sets GCCL_MPI_BOARD=0),
+ * (rounds of records of every size; none when one rank sets GCCL_MPI_BOARD=0 or
+ * does not want one),
  * with its verdict on the same collisions; the collective
  * primitives; and failures: a size mismatch, a message longer than
  * its receive, a timeout and an abort each break the transport on every rank
@@ -298,11 +299,13 @@ int main(int argc, char** argv) {
   mc_setenv("GCCL_MPI_CHUNK_BYTES", NULL);
   struct transport* big = make_transport(999, 20000); /* the default chunk */
   struct transport* boarded = make_transport(998, 20000);
-  MC_OK(mpi_transport_add_board(boarded), NULL);
+  MC_OK(mpi_transport_add_board(boarded, 1), NULL);
   if (mc_rank == mc_nranks - 1) mc_setenv("GCCL_MPI_BOARD", "0");
   struct transport* unboarded = make_transport(997, 20000);
-  MC_OK(mpi_transport_add_board(unboarded), NULL);
+  MC_OK(mpi_transport_add_board(unboarded, 1), NULL);
   mc_setenv("GCCL_MPI_BOARD", NULL);
+  struct transport* unwanted = make_transport(996, 20000);
+  MC_OK(mpi_transport_add_board(unwanted, mc_rank != 0), NULL);
 
   MC_CHECK(mpi_transport_chunk_bytes(tp[0]) == CHUNK, "GCCL_MPI_CHUNK_BYTES was not applied");
   MC_CHECK(mpi_transport_chunk_bytes(big) == MPI_TP_CHUNK_BYTES_DEFAULT, "the default chunk is %zu",
@@ -318,6 +321,7 @@ int main(int argc, char** argv) {
   check_board(boarded);
   check_collision(boarded, board_exchange);
   MC_CHECK(!tp_has_board(unboarded), "a board where one rank set GCCL_MPI_BOARD=0");
+  MC_CHECK(!tp_has_board(unwanted), "a board where rank 0 did not want one");
   check_cancel_all(tp[1]);
   if (mc_nranks >= 2) {
     check_size_mismatch(tp[2], 0);
@@ -329,5 +333,6 @@ int main(int argc, char** argv) {
   big->ops->destroy(big);
   boarded->ops->destroy(boarded);
   unboarded->ops->destroy(unboarded);
+  unwanted->ops->destroy(unwanted);
   return mc_finish("test_transport_mpi");
 }
