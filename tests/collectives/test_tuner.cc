@@ -28,11 +28,18 @@ TEST(Tuner, DenseAllReduceGoesHierarchicalAcrossNodesOnly) {
   EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 4, 1, nullptr, ALGO_AUTO), ALGO_DIRECT);
   EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 4, 0, nullptr, ALGO_AUTO), ALGO_HIER);
   // one node, or one rank per node: flat
-  // one node (MPI over shared memory): rhd on powers of two; across nodes: the ring
+  // one node (MPI over shared memory): rhd on powers of two; across nodes: the ring from 3 ranks
   EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 8, 0, nullptr, ALGO_AUTO), ALGO_RHD);
   EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 6, 6, 0, nullptr, ALGO_AUTO), ALGO_RING);
   EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 8, 1, 0, nullptr, ALGO_AUTO), ALGO_RING);
   EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 6, 1, 0, nullptr, ALGO_AUTO), ALGO_RING);
+  // two ranks (or nodes) across nodes: rhd at every size, whatever the measured link says
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 2, 1, 0, nullptr, ALGO_AUTO), ALGO_RHD);
+  link_figures bed = {20e-6, 8e-9, 1.4, 1, 0};
+  tuner_net two;
+  tuner_net_from_link(&two, &bed, 2);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 2, 1, 0, &two, ALGO_AUTO), ALGO_RHD);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, kLarge, 2, 1, 0, &two, ALGO_RING), ALGO_RING);
   // mid sizes: halving-doubling's fewer steps, on any rank count
   EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 1u << 20, 8, 1, 0, nullptr, ALGO_AUTO), ALGO_RHD);
   EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 1u << 20, 6, 1, 0, nullptr, ALGO_AUTO), ALGO_RHD);
