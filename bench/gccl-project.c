@@ -3,8 +3,9 @@
  * (src/collectives/cost_model.h), fed with the codec rates measured here.
  *
  *   gccl-project [-s SIZE] [-g GPUS_PER_NODE] [-n "NODES..."] [-l "GBPS..."] [--nic-per-gpu]
- *                [--link-us US] [--intra-gbps G] [--intra-us US] [-c "SPECS..."]
- *   gccl-project --validate -s SIZE -p RANKS -L RANKS_PER_NODE -l GBPS [--link-us US] [--cpu-share S] [-c ...]
+ *                [--link-us US] [--intra-gbps G] [--intra-us US] [--overlap] [-c "SPECS..."]
+ *   gccl-project --validate -s SIZE -p RANKS -L RANKS_PER_NODE -l GBPS [--link-us US] [--cpu-share S]
+ *                [--overlap] [-c ...]
  *
  * Projection (default: 100 MiB of fp32, 8 GPUs per node, 8 to 1024 nodes, 10, 25,
  * 100 and 400 Gbit/s per node, 5 us between nodes, 1200 Gbit/s and 2 us within
@@ -24,7 +25,9 @@
  * beside the link model's and the test bed's measured times (BENCHMARKS.md);
  * --cpu-share S scales the compute rates for ranks that had S of a core each
  * (the test bed runs 4 processes on 2 cores: 0.5; the link model's clock counts
- * each thread's own CPU time: 1).
+ * each thread's own CPU time: 1). --overlap models a transport that moves a
+ * message while its sender computes, as the link model does (cost_model.h); MPI
+ * over TCP, the test bed, does not.
  * Times are in milliseconds. The codec and reduction rates are this CPU's, one
  * thread, measured on a tensor of the projected size (up to MEASURE_MAX_COUNT
  * elements): the library's own 1 Mi-element measurement stays in the caches,
@@ -54,6 +57,7 @@ struct options {
   int nspecs;
   int validate, ranks, per_node;
   int nic_per_gpu;          /* each GPU has a link of the rate given; default: one per node, shared */
+  int overlap;              /* sends move while the sender computes (cost_model.sends_overlap_compute) */
   double reduce_s_per_byte; /* measured (measure) */
   double cpu_share;         /* --validate: the share of a core each rank had (4 ranks on 2 cores: 0.5) */
 };
@@ -80,9 +84,9 @@ static void usage(void) {
   fprintf(stderr,
           "usage: gccl-project [-s SIZE] [-g GPUS_PER_NODE] [-n \"NODES...\"] [-l \"GBPS...\"] [--nic-per-gpu]\n"
           "                    [--link-us US]"
-          " [--intra-gbps G] [--intra-us US] [-c \"SPECS...\"]\n"
+          " [--intra-gbps G] [--intra-us US] [--overlap] [-c \"SPECS...\"]\n"
           "       gccl-project --validate -p RANKS -L RANKS_PER_NODE -l GBPS [-s SIZE] [--link-us US] [--cpu-share S]"
-          " [-c ...]\n");
+          " [--overlap] [-c ...]\n");
   exit(2);
 }
 
@@ -107,6 +111,10 @@ static void parse(int argc, char** argv, struct options* o) {
     }
     if (!strcmp(a, "--nic-per-gpu")) {
       o->nic_per_gpu = 1;
+      continue;
+    }
+    if (!strcmp(a, "--overlap")) {
+      o->overlap = 1;
       continue;
     }
     if (!v) usage();
@@ -176,6 +184,7 @@ static struct cost_model model_of(const struct options* o, int ranks, int per_no
   struct cost_model m;
   cost_model_links(&m, ranks, per_node);
   m.reduce_s_per_byte = o->reduce_s_per_byte;
+  m.sends_overlap_compute = o->overlap;
   m.inter.beta = 8.0 * sharing / (gbps * 1e9);
   m.inter.alpha = o->link_us * 1e-6;
   m.intra.beta = 8.0 / (o->intra_gbps * 1e9);
@@ -206,8 +215,8 @@ static void validate(const struct options* o, struct codec* codecs) {
   }
   printf(
       "# gccl-project --validate: %.0f bytes of fp32, %d ranks, %d per node, %.3g Gbit/s and %.3g us between nodes,"
-      " %.2g of a core per rank; model ms\n",
-      o->bytes, o->ranks, o->per_node, o->gbps[0], o->link_us, o->cpu_share);
+      " %.2g of a core per rank, sends %s the sender's compute; model ms\n",
+      o->bytes, o->ranks, o->per_node, o->gbps[0], o->link_us, o->cpu_share, o->overlap ? "overlap" : "after");
   static const enum coll_algo dense[] = {ALGO_RING, ALGO_RHD, ALGO_TREE, ALGO_HIER};
   for (size_t i = 0; i < 4; i++) {
     double t = cost_allreduce(&m, dense[i], count, sizeof(float), NULL, NULL, 0);
@@ -225,9 +234,9 @@ static void project(const struct options* o, const struct codec* codecs) {
   double k = topk_ratio(o, codecs) * (double)count;
   printf(
       "# gccl-project: allreduce of %.0f bytes of fp32, %d GPUs per node, %s; between nodes %.3g us, within "
-      "%.4g Gbit/s and %.3g us; model ms (codec rates: this CPU, one thread)\n",
+      "%.4g Gbit/s and %.3g us; sends %s the sender's compute; model ms (codec rates: this CPU, one thread)\n",
       o->bytes, o->gpus, o->nic_per_gpu ? "a link of the rate given per GPU" : "one link of the rate given per node",
-      o->link_us, o->intra_gbps, o->intra_us);
+      o->link_us, o->intra_gbps, o->intra_us, o->overlap ? "overlap" : "after");
   printf("%6s %6s %7s | %10s %-5s", "nodes", "ranks", "Gbit/s", "dense", "algo");
   for (int i = 0; i < o->nspecs; i++) printf(" %16.16s", codecs[i].text);
   printf(" | %-16s %8s | %10s %10s %10s\n", "best", "x dense", "NCCL ring", "NCCL tree", "Ok-Topk");

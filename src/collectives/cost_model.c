@@ -114,6 +114,7 @@ void cost_model_links(struct cost_model* m, int nranks, int local_size) {
   double us = env_first("GCCL_SIM_LINK_US", "GCCL_LINK_US", DEFAULT_INTER_US);
   m->inter.beta = 8.0 / (gbps * 1e9);
   m->inter.alpha = us * 1e-6;
+  m->sends_overlap_compute = env_positive("GCCL_SIM_LINK_GBPS") > 0.0;
   m->intra.beta = 1.0 / DEFAULT_INTRA_BYTES_PER_S;
   m->intra.alpha = DEFAULT_INTRA_US * 1e-6;
 }
@@ -278,6 +279,7 @@ static double dense_ring(int p, double bytes, struct cost_link k, double gr) {
 /* What every formula needs about one call. */
 struct call_terms {
   int p, nodes, L;
+  int overlap;           /* sends move while the sender computes (cost_model.sends_overlap_compute) */
   struct cost_link flat; /* the link a flat algorithm is bound by: inter-node when there are several nodes */
   struct cost_link intra, inter;
   double n;                                /* dense bytes of the tensor */
@@ -296,8 +298,14 @@ static double compressed_flat(const struct call_terms* t, enum coll_algo algo, i
     /* sra: scatter p-1 frames of m/p, allgather p-1 reduced frames; every rank
      * encodes its tensor once, its owner chunk decodes p-1 frames, re-encodes
      * the reduced chunk once, and decodes all chunks at the end. */
-    case ALGO_SRA:
-      return 2.0 * (p - 1) * k.alpha + 2.0 * f * frame * k.beta + t->e * m + t->d * f * m + t->e * m / p + t->d * m;
+    case ALGO_SRA: {
+      double x = 2.0 * (p - 1) * k.alpha + 2.0 * f * frame * k.beta + t->e * m + t->d * f * m + t->e * m / p + t->d * m;
+      /* Phase 1 sends each chunk as soon as it is encoded. Where the transport
+       * moves it meanwhile, encodes and sends form a pipeline of p-1 stages,
+       * which saves (p-2) min(encode, send) of one chunk. */
+      if (t->overlap) x -= (p - 2) * fmin(t->e * m / p, frame / p * k.beta);
+      return x;
+    }
     /* ring-requant: the same traffic, but every reduce-scatter hop decodes,
      * adds and re-encodes a chunk. */
     case ALGO_RING_REQUANT:
@@ -348,6 +356,7 @@ double cost_allreduce(const struct cost_model* mdl, enum coll_algo algo, size_t 
   t.m = (double)count;
   t.n = (double)count * (double)elem_bytes;
   t.gr = mdl->reduce_s_per_byte;
+  t.overlap = mdl->sends_overlap_compute;
   if (compressed) {
     if (!s || !c) return -1.0;
     t.e = c->encode_s_per_elem;

@@ -15,6 +15,7 @@
  *   user describes), else 10 Gbit/s and 20 µs, which an MPI communicator replaces
  *   with what it measures at creation (core/link_probe.c);
  *   intra-node: 10 GB/s and 1 µs (memory copies between threads or processes).
+ * Under the link model, sends also overlap the sender's compute (sends_overlap_compute).
  * Values are decimal numbers (Gbit/s, microseconds); a malformed or non-positive
  * one is reported (WARN) and the next source is used.
  *
@@ -42,6 +43,10 @@ struct cost_model {
   int local_size; /* ranks per node (coll_ctx.local_size) */
   struct cost_link intra, inter;
   double reduce_s_per_byte; /* dense reduction dst += src, per byte of dst */
+  /* The transport moves a posted message while its sender computes: the link
+   * model's virtual NICs do (set with GCCL_SIM_LINK_GBPS). MPI over TCP moves a
+   * large message only inside MPI calls, and sra's encodes make none (sra.c). */
+  int sends_overlap_compute;
 };
 
 /* The network between nodes as an MPI communicator measured it at creation

@@ -3,6 +3,7 @@
 // ranks that disagree, invalid specs), and the α-β-γ model behind auto:SPEC.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -569,6 +570,31 @@ TEST(CostModel, CompressionPaysOnSlowLinksOnly) {
   double hier = cost_allreduce(&two, ALGO_HIER, count, 4, &spec, &c, 1);
   EXPECT_GT(hier, 0.0);
   EXPECT_LT(hier, dense);
+}
+
+// Under the link model a chunk's frame moves while the next chunk is encoded, so
+// sra's phase 1 is a pipeline of p-1 encodes and sends: (p-2) times the shorter
+// of the two is saved. A real network named by GCCL_LINK_GBPS saves nothing
+// (MPI over TCP moves a large message only inside MPI calls).
+TEST(CostModel, SraOverlapsEncodesWithSendsUnderTheLinkModelOnly) {
+  codec_spec spec;
+  ASSERT_EQ(spec_parse("uniform:bits=8", &spec), gcclSuccess);
+  const size_t count = size_t{25} << 20;       // 100 MiB of fp32
+  for (double encode_gbs : {0.5, 2.0, 8.0}) {  // encode slower, then faster, than a chunk's send
+    cost_codec c = {4.0 / (encode_gbs * 1e9), 4.0 / 4e9, 1.0};
+    for (int p : {2, 3, 8}) {
+      SCOPED_TRACE("p = " + std::to_string(p) + ", encode " + std::to_string(encode_gbs) + " GB/s");
+      cost_model sim = ModelWith(p, 1, {{"GCCL_SIM_LINK_GBPS", "1"}});
+      cost_model net = ModelWith(p, 1, {{"GCCL_LINK_GBPS", "1"}});
+      EXPECT_TRUE(sim.sends_overlap_compute);
+      EXPECT_FALSE(net.sends_overlap_compute);
+      double chunk_encode = c.encode_s_per_elem * double(count) / p;
+      double chunk_send = double(count) * c.wire_bytes_per_elem / p * 8e-9;
+      EXPECT_NEAR(cost_allreduce(&net, ALGO_SRA, count, 4, &spec, &c, 1) -
+                      cost_allreduce(&sim, ALGO_SRA, count, 4, &spec, &c, 1),
+                  (p - 2) * std::min(chunk_encode, chunk_send), 1e-9);
+    }
+  }
 }
 
 // powersgd: its products (measured as "encode" time) plus two dense rings of its
