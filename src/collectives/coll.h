@@ -103,6 +103,7 @@ static inline struct coll_args coll_call(enum coll_kind kind, const void* sendbu
 struct tuner_net {
   size_t rhd_max_bytes;     /* rhd up to here, the ring above */
   size_t halving_min_bytes; /* the in-band allreduce halves above here, from 4 ranks on; doubles at 2 */
+  size_t in_band_max_bytes; /* p not a power of two: in band up to here, the ring above (core/in_band_limit.c) */
 };
 
 /* What an algorithm may use: the transport, the communicator's scratch, and (for

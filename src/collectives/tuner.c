@@ -52,15 +52,34 @@ static size_t halving_min_bytes(const struct link_figures* link, int q) {
  * to one neighbour and receives from the other: rhd wins while
  *   2 (p-1 - log p) alpha  >  2 (p-1)/p n beta (duplex - 1).
  * (1 Gbit/s test bed, 4 ranks: rhd at 1-4 MiB took 1.3-1.6x Open MPI's ring.) */
+static double rhd_max_pow2(const struct link_figures* link, double p) {
+  if (!(link->duplex > 1.0)) return (double)TUNER_RHD_MAX_BYTES;
+  return (p - 1 - cost_log2_ceil((int)p)) * link->alpha / ((p - 1) / p * link->beta * (link->duplex - 1.0));
+}
+
+/* p not a power of two, q the power of two below: rhd first folds the extra
+ * ranks' whole vectors in and at the end sends the result back, 2 alpha + 2 n beta
+ * more, so it wins only while
+ *   (2 log q + 2) alpha + (2 (q-1)/q duplex + 2) n beta  <  2 (p-1) alpha + 2 (p-1)/p n beta,
+ * that is n < (2 (p-1) - 2 log q - 2) alpha / (beta (2 (q-1)/q duplex + 2 - 2 (p-1)/p)).
+ * At 3 ranks never (1 Gbit/s test bed, 128 KiB: rhd 1.83x Open MPI's allreduce, the
+ * ring 1.01x; 256 KiB-1 MiB: rhd 0.99-1.04x, the ring 0.40-0.51x). The 512 KiB
+ * floor, a guard against BBR on the ring's 128 KiB steps at 4 ranks, does not
+ * apply: the fold's 2 n beta costs more. */
+static double rhd_max_folded(const struct link_figures* link, int nranks) {
+  double p = nranks, q = coll_pow2_floor(nranks), lg = cost_log2_ceil((int)q);
+  double d = link->duplex > 1.0 ? link->duplex : 1.0;
+  return (2 * (p - 1) - 2 * lg - 2) * link->alpha / (link->beta * (2 * (q - 1) / q * d + 2 - 2 * (p - 1) / p));
+}
+
 void tuner_net_from_link(struct tuner_net* net, const struct link_figures* link, int nranks) {
   *net = (struct tuner_net){0};
   if (!(link->alpha > 0) || !(link->beta > 0) || nranks < 2) return;
-  double p = nranks, lg = cost_log2_ceil(nranks);
-  double rhd = link->duplex > 1.0 ? (p - 1 - lg) * link->alpha / ((p - 1) / p * link->beta * (link->duplex - 1.0))
-                                  : (double)TUNER_RHD_MAX_BYTES;
-  net->rhd_max_bytes = rhd < TUNER_NET_RHD_MIN_BYTES ? TUNER_NET_RHD_MIN_BYTES
-                       : rhd > TUNER_RHD_MAX_BYTES   ? TUNER_RHD_MAX_BYTES
-                                                     : (size_t)rhd;
+  int pow2 = (nranks & (nranks - 1)) == 0;
+  double rhd = pow2 ? rhd_max_pow2(link, nranks) : rhd_max_folded(link, nranks);
+  /* The tuner never runs rhd at TUNER_TREE_MAX_BYTES or below: that floor means never. */
+  double least = pow2 ? TUNER_NET_RHD_MIN_BYTES : TUNER_TREE_MAX_BYTES;
+  net->rhd_max_bytes = rhd < least ? (size_t)least : rhd > TUNER_RHD_MAX_BYTES ? TUNER_RHD_MAX_BYTES : (size_t)rhd;
   net->halving_min_bytes = halving_min_bytes(link, coll_pow2_floor(nranks));
 }
 
@@ -75,7 +94,11 @@ enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int l
     case COLL_ALLREDUCE: {
       /* Recursive doubling on the agreement's own messages: one exchange in all
        * (in_band.c), where the tree would follow an agreement and precede a barrier. */
-      if ((caps & TUNER_IN_BAND) && bytes <= IN_BAND_MAX_BYTES) return ALGO_IN_BAND;
+      size_t in_band_max = net && net->in_band_max_bytes ? net->in_band_max_bytes : IN_BAND_MAX_BYTES;
+      if ((caps & TUNER_IN_BAND) && bytes <= in_band_max) return ALGO_IN_BAND;
+      /* Past the limit timed at creation (p not a power of two): the ring moves
+       * 2 (p-1)/p n where the tree, like the in-band fold, moves n several times. */
+      if ((caps & TUNER_IN_BAND) && bytes <= IN_BAND_MAX_BYTES) return ALGO_RING;
       /* several nodes: only 1/L of the tensor per rank crosses the slow links */
       if (local_size > 1 && local_size < nranks && bytes > TUNER_TREE_MAX_BYTES) return ALGO_HIER;
       if (bytes <= TUNER_TREE_MAX_BYTES) return ALGO_TREE;

@@ -10,6 +10,7 @@
 #include "core/argcheck.h"
 #include "core/comm.h"
 #include "core/dropin.h"
+#include "core/in_band_limit.h"
 #include "core/link_probe.h"
 #include "gccl_mpi.h"
 #include "transport/mpi.h"
@@ -172,6 +173,7 @@ gcclResult_t gcclCommInitMpi(gcclComm_t* comm, MPI_Comm mpiComm) {
   if (res == gcclSuccess) {
     c->ctx.tp = c->tp;
     res = link_measure(c); /* on every rank, or (setup_agree) on none */
+    if (res == gcclSuccess) res = in_band_limit_measure(c);
     if (res == gcclSuccess) res = dropin_measure(c);
   }
   if (res != gcclSuccess) {

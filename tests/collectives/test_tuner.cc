@@ -50,6 +50,25 @@ TEST(Tuner, DenseAllReduceGoesHierarchicalAcrossNodesOnly) {
   EXPECT_EQ(tuner_choose(COLL_ALLGATHER, kLarge, 8, 4, 0, nullptr, ALGO_HIER), ALGO_RING);
 }
 
+// p not a power of two across nodes: in band up to the limit timed at creation
+// (core/in_band_limit.c), the ring from there to IN_BAND_MAX_BYTES, then as before.
+TEST(Tuner, InBandUpToTheTimedLimitThenTheRing) {
+  tuner_net net = {};
+  net.in_band_max_bytes = 8u << 10;
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 8u << 10, 3, 1, TUNER_IN_BAND, &net, ALGO_AUTO), ALGO_IN_BAND);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, (8u << 10) + 4, 3, 1, TUNER_IN_BAND, &net, ALGO_AUTO), ALGO_RING);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 64u << 10, 5, 1, TUNER_IN_BAND, &net, ALGO_AUTO), ALGO_RING);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, (64u << 10) + 4, 3, 1, TUNER_IN_BAND, &net, ALGO_AUTO), ALGO_RHD);
+  // no limit timed: in band up to IN_BAND_MAX_BYTES
+  tuner_net none = {};
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 64u << 10, 3, 1, TUNER_IN_BAND, &none, ALGO_AUTO), ALGO_IN_BAND);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 64u << 10, 3, 1, TUNER_IN_BAND, nullptr, ALGO_AUTO), ALGO_IN_BAND);
+  // without the in-band exchange (inside hier, say) the limit changes nothing
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 16u << 10, 3, 1, 0, &net, ALGO_AUTO), ALGO_TREE);
+  // GCCL_ALGO still wins
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 16u << 10, 3, 1, TUNER_IN_BAND, &net, ALGO_TREE), ALGO_TREE);
+}
+
 // The crossovers from a measured link: the test bed's (1 Gbit/s, 20 us, a pair's
 // exchange both ways 1.4x one way) moves rhd's limit down to its floor, 512 KiB,
 // and in-band halving up to ~10 KB at 4 ranks; a full-duplex link keeps rhd's
@@ -73,6 +92,20 @@ TEST(Tuner, NetworkCrossoversFollowTheMeasuredLink) {
   EXPECT_GT(net.halving_min_bytes, size_t{0});
   tuner_net_from_link(&net, &bed, 2);
   EXPECT_EQ(net.halving_min_bytes, size_t{64} << 10);  // 2 ranks: doubling at every in-band size
+  // p not a power of two: rhd's fold and unfold cost 2 n beta more. At 3 ranks it never
+  // wins; at 7 on a fast link it keeps sizes up to
+  // (2 (p-1) - 2 log q - 2) alpha / (beta (2 (q-1)/q duplex + 2 - 2 (p-1)/p)).
+  tuner_net_from_link(&net, &bed, 3);
+  EXPECT_EQ(net.rhd_max_bytes, size_t{64} << 10);  // the tree's limit: rhd never runs
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, (64u << 10) + 4, 3, 1, 0, &net, ALGO_AUTO), ALGO_RING);
+  tuner_net_from_link(&net, &bed, 5);
+  EXPECT_EQ(net.rhd_max_bytes, size_t{64} << 10);
+  link_figures fast = {5e-6, 8e-11, 1.4, 1, 0};  // 100 Gbit/s, 5 us
+  tuner_net_from_link(&net, &fast, 7);
+  double want = (12.0 - 4 - 2) * 5e-6 / (8e-11 * (2 * 0.75 * 1.4 + 2 - 2 * 6.0 / 7));
+  EXPECT_NEAR(double(net.rhd_max_bytes), want, 1.0);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 128u << 10, 7, 1, 0, &net, ALGO_AUTO), ALGO_RHD);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 256u << 10, 7, 1, 0, &net, ALGO_AUTO), ALGO_RING);
   link_figures none = {0, 0, 1, 0, 0};
   tuner_net_from_link(&net, &none, 4);
   EXPECT_EQ(net.rhd_max_bytes, 0u);

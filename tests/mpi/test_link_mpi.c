@@ -7,6 +7,10 @@
  *              allreduces on both sides of each crossover exact on every rank
  *   named      GCCL_LINK_GBPS=1, GCCL_LINK_US=20: nothing timed; the crossovers
  *              are the formulas' for that link
+ *   in band    p not a power of two across nodes: the in-band limit timed at
+ *              creation (core/in_band_limit.h) is one of the sizes timed and alike
+ *              on every rank; with it set lower, sums on both sides are exact and
+ *              calls of sizes on either side of it meet as a mismatch on every rank
  * The communicator's fields (internals) say what was measured. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -14,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/tuner.h"
 #include "core/comm.h"
 #include "mpi_check.h"
 
@@ -39,12 +44,18 @@ static void check_sum(gcclComm_t comm, size_t count) {
   free(buf);
 }
 
+static int pow2(int p) {
+  return (p & (p - 1)) == 0;
+}
+
 static void one_node(void) {
   gcclComm_t comm = make(NULL, NULL, NULL);
   if (!comm) return;
   MC_CHECK(!comm->link.measured, "a communicator of one node measured a link");
-  MC_CHECK(comm->ctx.net.rhd_max_bytes == 0 && comm->ctx.net.halving_min_bytes == 0,
-           "one node has crossovers %zu and %zu", comm->ctx.net.rhd_max_bytes, comm->ctx.net.halving_min_bytes);
+  MC_CHECK(
+      comm->ctx.net.rhd_max_bytes == 0 && comm->ctx.net.halving_min_bytes == 0 && comm->ctx.net.in_band_max_bytes == 0,
+      "one node has crossovers %zu, %zu and %zu", comm->ctx.net.rhd_max_bytes, comm->ctx.net.halving_min_bytes,
+      comm->ctx.net.in_band_max_bytes);
   MC_OK(gcclCommDestroy(comm), NULL);
 }
 
@@ -59,7 +70,10 @@ static void measured(void) {
   mc_same_everywhere(l, sizeof *l, __FILE__, __LINE__, "the link's figures");
   mc_same_everywhere(&comm->ctx.net, sizeof comm->ctx.net, __FILE__, __LINE__, "the crossovers");
   size_t rhd = comm->ctx.net.rhd_max_bytes / 4, halving = comm->ctx.net.halving_min_bytes / 4;
-  MC_CHECK(rhd >= (512u << 10) / 4 && rhd <= (4u << 20) / 4, "rhd up to %zu floats", rhd);
+  /* Powers of two keep rhd to 512 KiB at least; otherwise its fold may rule it out,
+   * down to the tree's 64 KiB. */
+  size_t rhd_least = (pow2(mc_nranks) ? (512u << 10) : (64u << 10)) / 4;
+  MC_CHECK(rhd >= rhd_least && rhd <= (4u << 20) / 4, "rhd up to %zu floats", rhd);
   MC_CHECK(halving >= 256 && halving <= (64u << 10) / 4, "in-band halving above %zu floats", halving);
   const size_t counts[] = {0, 1, 7, 13, halving - 1, halving, halving + 1, rhd, rhd + 1, rhd + 17};
   for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) check_sum(comm, counts[i]);
@@ -73,15 +87,48 @@ static void named(void) {
   MC_CHECK(
       fabs(comm->link.alpha / 20e-6 - 1) < 1e-9 && fabs(comm->link.beta / 8e-9 - 1) < 1e-9 && comm->link.duplex == 1.0,
       "the named link is %g s, %g s/byte, duplex %g", comm->link.alpha, comm->link.beta, comm->link.duplex);
-  /* Full duplex: rhd up to the default 4 MiB. From 4 ranks halving above
-   * log q alpha / (beta (log q - 2 (q-1)/q)): 10000 bytes at q = 4; with 2 or 3
-   * ranks never. */
-  MC_CHECK(comm->ctx.net.rhd_max_bytes == (4u << 20), "rhd up to %zu bytes", comm->ctx.net.rhd_max_bytes);
+  /* Full duplex: rhd up to the default 4 MiB on powers of two; otherwise its fold
+   * loses from below the tree's 64 KiB (at 5 ranks from 2.6 KB). From 4 ranks
+   * halving above log q alpha / (beta (log q - 2 (q-1)/q)): 10000 bytes at q = 4;
+   * with 2 or 3 ranks never. */
+  size_t rhd_want = pow2(mc_nranks) ? (4u << 20) : (64u << 10);
+  MC_CHECK(comm->ctx.net.rhd_max_bytes == rhd_want, "rhd up to %zu bytes", comm->ctx.net.rhd_max_bytes);
   size_t got = comm->ctx.net.halving_min_bytes, want = mc_nranks >= 4 ? 10000 : (64u << 10);
   MC_CHECK(got + 1 >= want && got <= want, "in-band halving above %zu bytes with %d ranks, expected %zu", got,
            mc_nranks, want);
   check_sum(comm, 2500);
   check_sum(comm, 2501);
+  MC_OK(gcclCommDestroy(comm), NULL);
+}
+
+static void in_band_limit(void) {
+  gcclComm_t comm = make("1", NULL, NULL);
+  if (!comm) return;
+  size_t limit = comm->ctx.net.in_band_max_bytes;
+  if (pow2(mc_nranks)) {
+    MC_CHECK(limit == 0, "%d ranks timed an in-band limit of %zu bytes", mc_nranks, limit);
+  } else {
+    MC_CHECK(limit == (4u << 10) || limit == (8u << 10) || limit == (16u << 10) || limit == (32u << 10) ||
+                 limit == (64u << 10),
+             "in-band limit %zu bytes: not one of the sizes timed", limit);
+    mc_same_everywhere(&limit, sizeof limit, __FILE__, __LINE__, "the in-band limit");
+    /* As a slow network would set it: the ring from 1 KiB. */
+    comm->ctx.net.in_band_max_bytes = 1024;
+    unsigned caps = tuner_caps(comm->tp);
+    MC_CHECK(tuner_choose(COLL_ALLREDUCE, 1024, mc_nranks, 1, caps, &comm->ctx.net, ALGO_AUTO) == ALGO_IN_BAND &&
+                 tuner_choose(COLL_ALLREDUCE, 1028, mc_nranks, 1, caps, &comm->ctx.net, ALGO_AUTO) == ALGO_RING,
+             "the tuner does not take the in-band limit");
+    const size_t counts[] = {0, 1, 255, 256, 257, 4099, 16384, 16385};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) check_sum(comm, counts[i]);
+    /* Rank 0 one element past the limit (the agreement alone, then the ring), the
+     * others at it (in band with the data): a mismatch on every rank. */
+    size_t count = mc_rank == 0 ? 257 : 256;
+    float buf[257] = {0};
+    gcclResult_t res = gcclAllReduce(buf, buf, count, gcclFloat32, gcclSum, comm, NULL);
+    MC_CHECK(res == gcclInvalidUsage, "rank %d: counts 257 and 256 across the in-band limit gave %s", mc_rank,
+             gcclGetErrorString(res));
+    check_sum(comm, 300); /* and the communicator goes on */
+  }
   MC_OK(gcclCommDestroy(comm), NULL);
 }
 
@@ -91,6 +138,7 @@ int main(int argc, char** argv) {
   if (mc_nranks > 1) {
     measured();
     named();
+    in_band_limit();
   }
   return mc_finish("test_link_mpi");
 }

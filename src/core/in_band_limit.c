@@ -1,0 +1,104 @@
+/* in_band_limit.c — how far a small dense allreduce across nodes rides the
+ * in-band exchange when the rank count is not a power of two (in_band_limit.h).
+ *
+ * Why timed. With p not a power of two, the in-band exchange (in_band.c) folds
+ * the extra ranks' whole data in first and sends the result back last: all n
+ * bytes cross the critical path (2 + log q) times, where the ring moves
+ * 2 (p-1)/p n. On the 1 Gbit/s test bed at 3 ranks that made the drop-in 1.2x
+ * Open MPI's allreduce at 16 KiB and 2.0x at 64 KiB, while the ring took 1.01-1.04x
+ * at 32-64 KiB. The alpha-beta crossover from the link probe's figures (about
+ * 5.5 KB there) would have sent 8-16 KiB to the ring, which lost 1.2-3.8x: the
+ * token bucket passes bursts of up to 32 KB at the veth's speed, which neither
+ * the probe's 8-byte round trips nor its long messages see. So both schedules
+ * are timed at a few sizes, on every rank at once, as calls will run them.
+ *
+ * Every rank takes the slowest rank's times (one allgather), so all decide alike:
+ * a call's size picks the same road everywhere, and a mismatch between a call
+ * in band and a larger one (the agreement alone, then the ring) still meets as
+ * a mismatch on every rank, as at IN_BAND_MAX_BYTES. At 1 Gbit/s the timing
+ * takes about 15 ms; on faster links less. */
+#include "core/in_band_limit.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/algorithms.h"
+#include "collectives/coll.h"
+#include "collectives/in_band.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/result.h"
+#include "core/comm.h"
+#include "transport/transport.h"
+
+#define LIMIT_SIZES 4 /* 8, 16, 32 and 64 KiB */
+#define LIMIT_FIRST_BYTES ((size_t)8 << 10)
+#define LIMIT_TRIALS 3             /* timed calls of each schedule per size, after one untimed */
+#define LIMIT_MARGIN 0.95          /* the ring must be this much faster: in band is the default */
+#define LIMIT_HASH 0x6c696d6974ull /* any value alike on every rank: the calls agree */
+_Static_assert(LIMIT_FIRST_BYTES << (LIMIT_SIZES - 1) == IN_BAND_MAX_BYTES, "the last size is the in-band limit");
+_Static_assert(2 * LIMIT_SIZES * sizeof(double) <= TP_SMALL_MAX, "the times travel by allgather_small");
+_Static_assert(LIMIT_TRIALS == 3, "the median is median3's");
+
+static double median3(double a, double b, double c) {
+  return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+}
+
+/* Calls of one road back to back, as a program makes them: in band (agreement
+ * and data in one exchange), or the agreement alone and then the ring. The first
+ * call only drains what an idle link lets through faster (a token bucket's
+ * burst); the median of the others counts (seconds). */
+static gcclResult_t time_calls(struct coll_ctx* ctx, const struct coll_args* a, int in_band, double* out) {
+  double t[LIMIT_TRIALS];
+  for (int k = -1; k < LIMIT_TRIALS; k++) {
+    int agreed = 0;
+    int64_t t0 = clock_now_ns();
+    GCCL_CHECK(in_band_exchange(ctx, LIMIT_HASH, in_band ? a : NULL, &agreed));
+    if (!agreed) return err_set(gcclInternalError, "timing the in-band limit: the ranks' calls differed");
+    if (!in_band) GCCL_CHECK(allreduce_ring(ctx, a));
+    if (k >= 0) t[k] = (double)(clock_now_ns() - t0) * 1e-9;
+  }
+  *out = median3(t[0], t[1], t[2]);
+  return gcclSuccess;
+}
+
+/* The largest size up to which in band was never slower, from the slowest rank's times. */
+static size_t limit_of(const double* in_band, const double* ring) {
+  for (int s = 0; s < LIMIT_SIZES; s++)
+    if (ring[s] < LIMIT_MARGIN * in_band[s]) return s == 0 ? LIMIT_FIRST_BYTES / 2 : LIMIT_FIRST_BYTES << (s - 1);
+  return IN_BAND_MAX_BYTES;
+}
+
+gcclResult_t in_band_limit_measure(gcclComm_t c) {
+  int p = c->nranks;
+  if (c->ctx.local_size >= p || (p & (p - 1)) == 0 || !c->tp->agree_in_band || c->faults) return gcclSuccess;
+  int64_t start = clock_now_ns();
+  float* buf = malloc(2 * IN_BAND_MAX_BYTES); /* a send and a receive buffer */
+  if (!buf) return err_set(gcclSystemError, "timing the in-band limit: out of memory");
+  memset(buf, 0, 2 * IN_BAND_MAX_BYTES); /* paged in before any timing */
+  double mine[2][LIMIT_SIZES], all[c->nranks][2][LIMIT_SIZES];
+  gcclResult_t res = gcclSuccess;
+  for (int s = 0; s < LIMIT_SIZES && res == gcclSuccess; s++) {
+    struct coll_args a = coll_call(COLL_ALLREDUCE, buf, buf + IN_BAND_MAX_BYTES / sizeof(float),
+                                   (LIMIT_FIRST_BYTES << s) / sizeof(float), gcclFloat32, gcclSum, 0);
+    res = time_calls(&c->ctx, &a, 1, &mine[0][s]);
+    if (res == gcclSuccess) res = time_calls(&c->ctx, &a, 0, &mine[1][s]);
+  }
+  free(buf);
+  GCCL_CHECK(res);
+  GCCL_CHECK(tp_allgather_small(c->tp, mine, sizeof mine, all));
+  double in_band[LIMIT_SIZES] = {0}, ring[LIMIT_SIZES] = {0};
+  for (int r = 0; r < p; r++)
+    for (int s = 0; s < LIMIT_SIZES; s++) {
+      if (all[r][0][s] > in_band[s]) in_band[s] = all[r][0][s];
+      if (all[r][1][s] > ring[s]) ring[s] = all[r][1][s];
+    }
+  c->ctx.net.in_band_max_bytes = limit_of(in_band, ring);
+  GCCL_INFO(
+      LOG_INIT,
+      "dense allreduce in band up to %zu bytes, the ring above (%d ranks; us in band / ring at 8, 16, 32, 64 KiB: "
+      "%.0f/%.0f %.0f/%.0f %.0f/%.0f %.0f/%.0f; %.1f ms)",
+      c->ctx.net.in_band_max_bytes, p, in_band[0] * 1e6, ring[0] * 1e6, in_band[1] * 1e6, ring[1] * 1e6,
+      in_band[2] * 1e6, ring[2] * 1e6, in_band[3] * 1e6, ring[3] * 1e6, (double)(clock_now_ns() - start) * 1e-6);
+  return gcclSuccess;
+}
