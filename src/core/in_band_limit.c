@@ -10,13 +10,15 @@
  * 5.5 KB there) would have sent 8-16 KiB to the ring, which lost 1.2-3.8x: the
  * token bucket passes bursts of up to 32 KB at the veth's speed, which neither
  * the probe's 8-byte round trips nor its long messages see. So both schedules
- * are timed at a few sizes, on every rank at once, as calls will run them.
+ * are timed, on every rank at once, as calls will run them: from 64 KiB down,
+ * halving while the ring is faster.
  *
- * Every rank takes the slowest rank's times (one allgather), so all decide alike:
- * a call's size picks the same road everywhere, and a mismatch between a call
- * in band and a larger one (the agreement alone, then the ring) still meets as
- * a mismatch on every rank, as at IN_BAND_MAX_BYTES. At 1 Gbit/s the timing
- * takes about 15 ms; on faster links less. */
+ * Every rank takes the slowest rank's times (one allgather per size), so all
+ * decide alike: a call's size picks the same road everywhere, and a mismatch
+ * between a call in band and a larger one (the agreement alone, then the ring)
+ * still meets as a mismatch on every rank, as at IN_BAND_MAX_BYTES. On the test
+ * bed at 3 ranks the timing took 10 ms (64 and 32 KiB); where in band wins at 64
+ * KiB, one size is timed. */
 #include "core/in_band_limit.h"
 
 #include <stdlib.h>
@@ -31,13 +33,11 @@
 #include "core/comm.h"
 #include "transport/transport.h"
 
-#define LIMIT_SIZES 4 /* 8, 16, 32 and 64 KiB */
-#define LIMIT_FIRST_BYTES ((size_t)8 << 10)
-#define LIMIT_TRIALS 3             /* timed calls of each schedule per size, after one untimed */
-#define LIMIT_MARGIN 0.95          /* the ring must be this much faster: in band is the default */
-#define LIMIT_HASH 0x6c696d6974ull /* any value alike on every rank: the calls agree */
-_Static_assert(LIMIT_FIRST_BYTES << (LIMIT_SIZES - 1) == IN_BAND_MAX_BYTES, "the last size is the in-band limit");
-_Static_assert(2 * LIMIT_SIZES * sizeof(double) <= TP_SMALL_MAX, "the times travel by allgather_small");
+#define LIMIT_LEAST_BYTES ((size_t)4 << 10) /* timed down to 8 KiB; below, in band */
+#define LIMIT_TRIALS 3                      /* timed calls of each schedule per size, after one untimed */
+#define LIMIT_MARGIN 0.95                   /* the ring must be this much faster: in band is the default */
+#define LIMIT_HASH 0x6c696d6974ull          /* any value alike on every rank: the calls agree */
+_Static_assert(2 * sizeof(double) <= TP_SMALL_MAX, "the times travel by allgather_small");
 _Static_assert(LIMIT_TRIALS == 3, "the median is median3's");
 
 static double median3(double a, double b, double c) {
@@ -62,11 +62,20 @@ static gcclResult_t time_calls(struct coll_ctx* ctx, const struct coll_args* a, 
   return gcclSuccess;
 }
 
-/* The largest size up to which in band was never slower, from the slowest rank's times. */
-static size_t limit_of(const double* in_band, const double* ring) {
-  for (int s = 0; s < LIMIT_SIZES; s++)
-    if (ring[s] < LIMIT_MARGIN * in_band[s]) return s == 0 ? LIMIT_FIRST_BYTES / 2 : LIMIT_FIRST_BYTES << (s - 1);
-  return IN_BAND_MAX_BYTES;
+/* Both roads at `bytes` on every rank, and the slowest rank's times of each
+ * ([0] in band, [1] the ring), alike on every rank. */
+static gcclResult_t time_size(gcclComm_t c, float* buf, size_t bytes, double slowest[2]) {
+  struct coll_args a = coll_call(COLL_ALLREDUCE, buf, buf + IN_BAND_MAX_BYTES / sizeof(float), bytes / sizeof(float),
+                                 gcclFloat32, gcclSum, 0);
+  double mine[2], all[c->nranks][2];
+  GCCL_CHECK(time_calls(&c->ctx, &a, 1, &mine[0]));
+  GCCL_CHECK(time_calls(&c->ctx, &a, 0, &mine[1]));
+  GCCL_CHECK(tp_allgather_small(c->tp, mine, sizeof mine, all));
+  slowest[0] = slowest[1] = 0.0;
+  for (int r = 0; r < c->nranks; r++)
+    for (int k = 0; k < 2; k++)
+      if (all[r][k] > slowest[k]) slowest[k] = all[r][k];
+  return gcclSuccess;
 }
 
 gcclResult_t in_band_limit_measure(gcclComm_t c) {
@@ -76,29 +85,24 @@ gcclResult_t in_band_limit_measure(gcclComm_t c) {
   float* buf = malloc(2 * IN_BAND_MAX_BYTES); /* a send and a receive buffer */
   if (!buf) return err_set(gcclSystemError, "timing the in-band limit: out of memory");
   memset(buf, 0, 2 * IN_BAND_MAX_BYTES); /* paged in before any timing */
-  double mine[2][LIMIT_SIZES], all[c->nranks][2][LIMIT_SIZES];
+  /* From the largest size down, while the ring wins: on a fast link in band wins
+   * at 64 KiB already, and one size is timed. */
+  size_t limit = LIMIT_LEAST_BYTES;
+  double t[2] = {0, 0};
   gcclResult_t res = gcclSuccess;
-  for (int s = 0; s < LIMIT_SIZES && res == gcclSuccess; s++) {
-    struct coll_args a = coll_call(COLL_ALLREDUCE, buf, buf + IN_BAND_MAX_BYTES / sizeof(float),
-                                   (LIMIT_FIRST_BYTES << s) / sizeof(float), gcclFloat32, gcclSum, 0);
-    res = time_calls(&c->ctx, &a, 1, &mine[0][s]);
-    if (res == gcclSuccess) res = time_calls(&c->ctx, &a, 0, &mine[1][s]);
+  for (size_t bytes = IN_BAND_MAX_BYTES; bytes > LIMIT_LEAST_BYTES && res == gcclSuccess; bytes /= 2) {
+    res = time_size(c, buf, bytes, t);
+    if (res == gcclSuccess && !(t[1] < LIMIT_MARGIN * t[0])) {
+      limit = bytes;
+      break;
+    }
   }
   free(buf);
   GCCL_CHECK(res);
-  GCCL_CHECK(tp_allgather_small(c->tp, mine, sizeof mine, all));
-  double in_band[LIMIT_SIZES] = {0}, ring[LIMIT_SIZES] = {0};
-  for (int r = 0; r < p; r++)
-    for (int s = 0; s < LIMIT_SIZES; s++) {
-      if (all[r][0][s] > in_band[s]) in_band[s] = all[r][0][s];
-      if (all[r][1][s] > ring[s]) ring[s] = all[r][1][s];
-    }
-  c->ctx.net.in_band_max_bytes = limit_of(in_band, ring);
-  GCCL_INFO(
-      LOG_INIT,
-      "dense allreduce in band up to %zu bytes, the ring above (%d ranks; us in band / ring at 8, 16, 32, 64 KiB: "
-      "%.0f/%.0f %.0f/%.0f %.0f/%.0f %.0f/%.0f; %.1f ms)",
-      c->ctx.net.in_band_max_bytes, p, in_band[0] * 1e6, ring[0] * 1e6, in_band[1] * 1e6, ring[1] * 1e6,
-      in_band[2] * 1e6, ring[2] * 1e6, in_band[3] * 1e6, ring[3] * 1e6, (double)(clock_now_ns() - start) * 1e-6);
+  c->ctx.net.in_band_max_bytes = limit;
+  GCCL_INFO(LOG_INIT,
+            "dense allreduce in band up to %zu bytes, the ring above (%d ranks; at the last size timed, in band %.0f "
+            "us, the ring %.0f us; %.1f ms)",
+            limit, p, t[0] * 1e6, t[1] * 1e6, (double)(clock_now_ns() - start) * 1e-6);
   return gcclSuccess;
 }
