@@ -75,7 +75,7 @@ static double rhd_max_folded(const struct link_figures* link, int nranks) {
 void tuner_net_from_link(struct tuner_net* net, const struct link_figures* link, int nranks) {
   *net = (struct tuner_net){0};
   if (!(link->alpha > 0) || !(link->beta > 0) || nranks < 2) return;
-  int pow2 = (nranks & (nranks - 1)) == 0;
+  int pow2 = coll_pow2_floor(nranks) == nranks;
   double rhd = pow2 ? rhd_max_pow2(link, nranks) : rhd_max_folded(link, nranks);
   /* The tuner never runs rhd at TUNER_TREE_MAX_BYTES or below: that floor means never. */
   double least = pow2 ? TUNER_NET_RHD_MIN_BYTES : TUNER_TREE_MAX_BYTES;
@@ -107,7 +107,7 @@ enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int l
        * direction and step, the ring in one per segment. With BBR the ring's
        * pauses between segments cost it (1 Gbit/s test bed, 2 ranks, 64 MiB:
        * ring 1.40x Open MPI's allreduce, rhd 0.94x). */
-      int pow2 = (nranks & (nranks - 1)) == 0, one_node = local_size >= nranks;
+      int pow2 = coll_pow2_floor(nranks) == nranks, one_node = local_size >= nranks;
       size_t rhd_max = net && net->rhd_max_bytes ? net->rhd_max_bytes : TUNER_RHD_MAX_BYTES;
       return (bytes <= rhd_max || (pow2 && one_node) || nranks == 2) ? ALGO_RHD : ALGO_RING;
     }

@@ -80,7 +80,7 @@ static gcclResult_t time_size(gcclComm_t c, float* buf, size_t bytes, double slo
 
 gcclResult_t in_band_limit_measure(gcclComm_t c) {
   int p = c->nranks;
-  if (c->ctx.local_size >= p || (p & (p - 1)) == 0 || !c->tp->agree_in_band || c->faults) return gcclSuccess;
+  if (c->ctx.local_size >= p || coll_pow2_floor(p) == p || !c->tp->agree_in_band || c->faults) return gcclSuccess;
   int64_t start = clock_now_ns();
   float* buf = malloc(2 * IN_BAND_MAX_BYTES); /* a send and a receive buffer */
   if (!buf) return err_set(gcclSystemError, "timing the in-band limit: out of memory");
