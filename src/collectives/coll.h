@@ -168,8 +168,6 @@ const char* coll_kind_name(enum coll_kind kind);
 int coll_has_algo(enum coll_kind kind, enum coll_algo algo, int shares_address_space);
 int coll_has_compressed_algo(enum coll_kind kind, enum coll_algo algo);
 
-/* Splits count elements into nranks near-equal chunks: chunk r starts at
- * *offset and holds *len elements (the first count % nranks chunks hold one more). */
 /* The largest power of two up to p (p >= 1): the ranks a halving-doubling
  * schedule pairs; the other p - q fold into them first. */
 static inline int coll_pow2_floor(int p) {
@@ -178,6 +176,8 @@ static inline int coll_pow2_floor(int p) {
   return q;
 }
 
+/* Splits count elements into nranks near-equal chunks: chunk r starts at
+ * *offset and holds *len elements (the first count % nranks chunks hold one more). */
 static inline void coll_chunk(size_t count, int nranks, int r, size_t* offset, size_t* len) {
   size_t base = count / (size_t)nranks, extra = count % (size_t)nranks;
   *offset = (size_t)r * base + ((size_t)r < extra ? (size_t)r : extra);

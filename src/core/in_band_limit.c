@@ -10,15 +10,15 @@
  * 5.5 KB there) would have sent 8-16 KiB to the ring, which lost 1.2-3.8x: the
  * token bucket passes bursts of up to 32 KB at the veth's speed, which neither
  * the probe's 8-byte round trips nor its long messages see. So both schedules
- * are timed, on every rank at once, as calls will run them: from 64 KiB down,
- * halving while the ring is faster.
+ * are timed, on every rank at once, as calls will run them: back to back, on a
+ * link already busy (drain()), from 64 KiB down, halving while the ring is faster.
  *
  * Every rank takes the slowest rank's times (one allgather per size), so all
  * decide alike: a call's size picks the same road everywhere, and a mismatch
  * between a call in band and a larger one (the agreement alone, then the ring)
  * still meets as a mismatch on every rank, as at IN_BAND_MAX_BYTES. On the test
- * bed at 3 ranks the timing took 10 ms (64 and 32 KiB); where in band wins at 64
- * KiB, one size is timed. */
+ * bed at 3 ranks the timing took 13-17 ms (64 down to 16 or 8 KiB); where in
+ * band wins at 64 KiB, one size is timed. */
 #include "core/in_band_limit.h"
 
 #include <stdlib.h>
@@ -34,7 +34,8 @@
 #include "transport/transport.h"
 
 #define LIMIT_LEAST_BYTES ((size_t)4 << 10) /* timed down to 8 KiB; below, in band */
-#define LIMIT_TRIALS 3                      /* timed calls of each schedule per size, after one untimed */
+#define LIMIT_TRIALS 3                      /* timed calls of each road per size, after one untimed */
+#define LIMIT_DRAIN_CALLS 4                 /* untimed calls first: 512 KiB from the busiest rank */
 #define LIMIT_MARGIN 0.95                   /* the ring must be this much faster: in band is the default */
 #define LIMIT_HASH 0x6c696d6974ull          /* any value alike on every rank: the calls agree */
 _Static_assert(2 * sizeof(double) <= TP_SMALL_MAX, "the times travel by allgather_small");
@@ -45,9 +46,11 @@ static double median3(double a, double b, double c) {
 }
 
 /* Calls of one road back to back, as a program makes them: in band (agreement
- * and data in one exchange), or the agreement alone and then the ring. The first
- * call only drains what an idle link lets through faster (a token bucket's
- * burst); the median of the others counts (seconds). */
+ * and data in one exchange), or the agreement alone and then the ring. A rank's
+ * time for a call runs from its own start to its own end, so in a block of calls
+ * each time is the block's period on every rank; the first call only absorbs
+ * what the previous road left (ranks that finished it at different times). The
+ * median of the others counts (seconds). */
 static gcclResult_t time_calls(struct coll_ctx* ctx, const struct coll_args* a, int in_band, double* out) {
   double t[LIMIT_TRIALS];
   for (int k = -1; k < LIMIT_TRIALS; k++) {
@@ -78,6 +81,22 @@ static gcclResult_t time_size(gcclComm_t c, float* buf, size_t bytes, double slo
   return gcclSuccess;
 }
 
+/* Untimed calls in band at IN_BAND_MAX_BYTES first (the fold sends 2 n from
+ * its busiest rank): a link that was idle lets a burst through faster than its
+ * rate (the test bed's token bucket passes 256 KB at the veth's speed), and
+ * calls timed within it are not what calls back to back take. At 3 ranks on the
+ * bed the in-band fold timed 300 us at 32 KiB, the ring 460, where calls
+ * between MPI's took 510 and 355 us. */
+static gcclResult_t drain(gcclComm_t c, float* buf) {
+  struct coll_args a = coll_call(COLL_ALLREDUCE, buf, buf + IN_BAND_MAX_BYTES / sizeof(float),
+                                 IN_BAND_MAX_BYTES / sizeof(float), gcclFloat32, gcclSum, 0);
+  for (int k = 0; k < LIMIT_DRAIN_CALLS; k++) {
+    int agreed = 0;
+    GCCL_CHECK(in_band_exchange(&c->ctx, LIMIT_HASH, &a, &agreed));
+  }
+  return gcclSuccess;
+}
+
 gcclResult_t in_band_limit_measure(gcclComm_t c) {
   int p = c->nranks;
   if (c->ctx.local_size >= p || coll_pow2_floor(p) == p || !c->tp->agree_in_band || c->faults) return gcclSuccess;
@@ -89,7 +108,7 @@ gcclResult_t in_band_limit_measure(gcclComm_t c) {
    * at 64 KiB already, and one size is timed. */
   size_t limit = LIMIT_LEAST_BYTES;
   double t[2] = {0, 0};
-  gcclResult_t res = gcclSuccess;
+  gcclResult_t res = drain(c, buf);
   for (size_t bytes = IN_BAND_MAX_BYTES; bytes > LIMIT_LEAST_BYTES && res == gcclSuccess; bytes /= 2) {
     res = time_size(c, buf, bytes, t);
     if (res == gcclSuccess && !(t[1] < LIMIT_MARGIN * t[0])) {

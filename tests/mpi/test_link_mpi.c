@@ -101,33 +101,45 @@ static void named(void) {
   MC_OK(gcclCommDestroy(comm), NULL);
 }
 
+/* Rank 0 calls `count0` floats, the others `count`: a mismatch on every rank,
+ * and the communicator goes on. */
+static void check_mismatch(gcclComm_t comm, size_t count0, size_t count) {
+  float* buf = calloc(count0 > count ? count0 : count, sizeof *buf);
+  gcclResult_t res = gcclAllReduce(buf, buf, mc_rank == 0 ? count0 : count, gcclFloat32, gcclSum, comm, NULL);
+  MC_CHECK(res == gcclInvalidUsage, "rank %d: counts %zu and %zu gave %s", mc_rank, count0, count,
+           gcclGetErrorString(res));
+  free(buf);
+  check_sum(comm, 300);
+}
+
+static int one_of_the_sizes_timed(size_t limit) {
+  return limit == (4u << 10) || limit == (8u << 10) || limit == (16u << 10) || limit == (32u << 10) ||
+         limit == (64u << 10);
+}
+
 static void in_band_limit(void) {
   gcclComm_t comm = make("1", NULL, NULL);
   if (!comm) return;
   size_t limit = comm->ctx.net.in_band_max_bytes;
+  unsigned caps = tuner_caps(comm->tp);
+  const size_t counts[] = {0, 1, 2, 3, 5, 255, 256, 257, 4099, 16384, 16385};
   if (pow2(mc_nranks)) {
     MC_CHECK(limit == 0, "%d ranks timed an in-band limit of %zu bytes", mc_nranks, limit);
   } else {
-    MC_CHECK(limit == (4u << 10) || limit == (8u << 10) || limit == (16u << 10) || limit == (32u << 10) ||
-                 limit == (64u << 10),
-             "in-band limit %zu bytes: not one of the sizes timed", limit);
+    MC_CHECK(one_of_the_sizes_timed(limit), "in-band limit %zu bytes: not one of the sizes timed", limit);
     mc_same_everywhere(&limit, sizeof limit, __FILE__, __LINE__, "the in-band limit");
     /* As a slow network would set it: the ring from 1 KiB. */
     comm->ctx.net.in_band_max_bytes = 1024;
-    unsigned caps = tuner_caps(comm->tp);
     MC_CHECK(tuner_choose(COLL_ALLREDUCE, 1024, mc_nranks, 1, caps, &comm->ctx.net, ALGO_AUTO) == ALGO_IN_BAND &&
                  tuner_choose(COLL_ALLREDUCE, 1028, mc_nranks, 1, caps, &comm->ctx.net, ALGO_AUTO) == ALGO_RING,
              "the tuner does not take the in-band limit");
-    const size_t counts[] = {0, 1, 255, 256, 257, 4099, 16384, 16385};
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) check_sum(comm, counts[i]);
     /* Rank 0 one element past the limit (the agreement alone, then the ring), the
-     * others at it (in band with the data): a mismatch on every rank. */
-    size_t count = mc_rank == 0 ? 257 : 256;
-    float buf[257] = {0};
-    gcclResult_t res = gcclAllReduce(buf, buf, count, gcclFloat32, gcclSum, comm, NULL);
-    MC_CHECK(res == gcclInvalidUsage, "rank %d: counts 257 and 256 across the in-band limit gave %s", mc_rank,
-             gcclGetErrorString(res));
-    check_sum(comm, 300); /* and the communicator goes on */
+     * others at it (in band with the data); both past it (the ring); the
+     * agreement alone against one element in band. */
+    check_mismatch(comm, 257, 256);
+    check_mismatch(comm, 16385, 16384);
+    check_mismatch(comm, 0, 1);
   }
   MC_OK(gcclCommDestroy(comm), NULL);
 }
