@@ -211,7 +211,7 @@ static gcclResult_t take_result(struct ib_exchange* x, int peer) {
  * the highest of the others, as in Open MPI's recursive doubling, so that rank 0,
  * where a launcher and a program's own extra work tend to sit, does not also do
  * the fold's double share. On the 1 Gbit/s test bed at 3 ranks, calls of 4 B to
- * 1 KiB took 0.84-1.64x MPI_Allreduce's time with rank 0 as the host, 0.88-1.17x
+ * 1 KiB took 0.70-1.64x MPI_Allreduce's time with rank 0 as the host, 0.88-1.17x
  * with rank 1, alternated over six runs of each (BENCHMARKS.md). */
 static gcclResult_t run(struct ib_exchange* x) {
   int p = x->ctx->nranks, r = x->ctx->rank, q = coll_pow2_floor(p), first_host = 2 * q - p;
