@@ -8,7 +8,7 @@
  * Open MPI's allreduce at 16 KiB and 2.0x at 64 KiB, while the ring took 1.01-1.04x
  * at 32-64 KiB. The alpha-beta crossover from the link probe's figures (about
  * 5.5 KB there) would have sent 8-16 KiB to the ring, which lost 1.2-3.8x: the
- * token bucket passes bursts of up to 32 KB at the veth's speed, which neither
+ * token bucket passes bursts of up to 256 KB at the veth's speed, which neither
  * the probe's 8-byte round trips nor its long messages see. So both schedules
  * are timed, on every rank at once, as calls will run them: back to back, on a
  * link already busy (drain()), from 64 KiB down, halving while the ring is faster.

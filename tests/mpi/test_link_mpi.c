@@ -135,8 +135,8 @@ static void in_band_limit(void) {
              "the tuner does not take the in-band limit");
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) check_sum(comm, counts[i]);
     /* Rank 0 one element past the limit (the agreement alone, then the ring), the
-     * others at it (in band with the data); both past it (the ring); the
-     * agreement alone against one element in band. */
+     * others at it (in band with the data); both past it (the ring); an empty
+     * call against one element. */
     check_mismatch(comm, 257, 256);
     check_mismatch(comm, 16385, 16384);
     check_mismatch(comm, 0, 1);
