@@ -35,7 +35,6 @@
 
 #define LIMIT_LEAST_BYTES ((size_t)4 << 10) /* timed down to 8 KiB; below, in band */
 #define LIMIT_TRIALS 3                      /* timed calls of each road per size, after one untimed */
-#define LIMIT_DRAIN_CALLS 4                 /* untimed calls first: 512 KiB from the busiest rank */
 #define LIMIT_MARGIN 0.95                   /* the ring must be this much faster: in band is the default */
 #define LIMIT_HASH 0x6c696d6974ull          /* any value alike on every rank: the calls agree */
 _Static_assert(2 * sizeof(double) <= TP_SMALL_MAX, "the times travel by allgather_small");
@@ -65,11 +64,16 @@ static gcclResult_t time_calls(struct coll_ctx* ctx, const struct coll_args* a, 
   return gcclSuccess;
 }
 
+/* A float sum of `bytes` from buf into buf + IN_BAND_MAX_BYTES. */
+static struct coll_args call_of(float* buf, size_t bytes) {
+  return coll_call(COLL_ALLREDUCE, buf, buf + IN_BAND_MAX_BYTES / sizeof(float), bytes / sizeof(float), gcclFloat32,
+                   gcclSum, 0);
+}
+
 /* Both roads at `bytes` on every rank, and the slowest rank's times of each
  * ([0] in band, [1] the ring), alike on every rank. */
 static gcclResult_t time_size(gcclComm_t c, float* buf, size_t bytes, double slowest[2]) {
-  struct coll_args a = coll_call(COLL_ALLREDUCE, buf, buf + IN_BAND_MAX_BYTES / sizeof(float), bytes / sizeof(float),
-                                 gcclFloat32, gcclSum, 0);
+  struct coll_args a = call_of(buf, bytes);
   double mine[2], all[c->nranks][2];
   GCCL_CHECK(time_calls(&c->ctx, &a, 1, &mine[0]));
   GCCL_CHECK(time_calls(&c->ctx, &a, 0, &mine[1]));
@@ -81,20 +85,16 @@ static gcclResult_t time_size(gcclComm_t c, float* buf, size_t bytes, double slo
   return gcclSuccess;
 }
 
-/* Untimed calls in band at IN_BAND_MAX_BYTES first (the fold sends 2 n from
- * its busiest rank): a link that was idle lets a burst through faster than its
- * rate (the test bed's token bucket passes 256 KB at the veth's speed), and
- * calls timed within it are not what calls back to back take. At 3 ranks on the
- * bed the in-band fold timed 300 us at 32 KiB, the ring 460, where calls
- * between MPI's took 510 and 355 us. */
+/* In-band calls at IN_BAND_MAX_BYTES first, their times dropped (time_calls'
+ * four: 512 KiB from the fold's busiest rank, which sends 2 n): a link that was
+ * idle lets a burst through faster than its rate (the test bed's token bucket
+ * passes 256 KB at the veth's speed), and calls timed within it are not what
+ * calls back to back take. At 3 ranks on the bed the in-band fold timed 300 us
+ * at 32 KiB, the ring 460, where calls between MPI's took 510 and 355 us. */
 static gcclResult_t drain(gcclComm_t c, float* buf) {
-  struct coll_args a = coll_call(COLL_ALLREDUCE, buf, buf + IN_BAND_MAX_BYTES / sizeof(float),
-                                 IN_BAND_MAX_BYTES / sizeof(float), gcclFloat32, gcclSum, 0);
-  for (int k = 0; k < LIMIT_DRAIN_CALLS; k++) {
-    int agreed = 0;
-    GCCL_CHECK(in_band_exchange(&c->ctx, LIMIT_HASH, &a, &agreed));
-  }
-  return gcclSuccess;
+  struct coll_args a = call_of(buf, IN_BAND_MAX_BYTES);
+  double dropped;
+  return time_calls(&c->ctx, &a, 1, &dropped);
 }
 
 gcclResult_t in_band_limit_measure(gcclComm_t c) {

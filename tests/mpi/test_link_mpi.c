@@ -45,7 +45,7 @@ static void check_sum(gcclComm_t comm, size_t count) {
 }
 
 static int pow2(int p) {
-  return (p & (p - 1)) == 0;
+  return coll_pow2_floor(p) == p;
 }
 
 static void one_node(void) {
