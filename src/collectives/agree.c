@@ -7,13 +7,16 @@
  * of the descriptor travels, on the exchange of in_band.c, which a small dense
  * allreduce's data rides (coll_agree_allreduce), or on the board of shared memory
  * when every rank runs on one node (on_board.c); the descriptors follow only
- * when the hashes differ, to say how. */
+ * when the hashes differ, to say how. A split allreduce sends its first round
+ * while the hashes travel (split.c), and after a mismatch every rank takes in,
+ * by the descriptors, what was sent to it. */
 #include <stdio.h>
 #include <string.h>
 
 #include "collectives/in_band.h"
 #include "collectives/on_board.h"
 #include "collectives/prims.h"
+#include "collectives/split.h"
 #include "common/dtype.h"
 #include "common/result.h"
 #include "compress/compressor.h"
@@ -142,19 +145,45 @@ static gcclResult_t agree_by_allgather(struct coll_ctx* ctx, const struct coll_d
   return gcclSuccess;
 }
 
-/* The hashes in band (with sum's data riding along); only after a mismatch, which
- * every rank sees alike, the descriptors themselves, to say what differs. */
+/* Whether a rank whose call is of this kind, algorithm and count sends the split
+ * allreduce's first round during the agreement (agree_in_band). */
+static int sends_early(int32_t kind, int32_t algo, uint64_t count) {
+  return kind == COLL_ALLREDUCE && algo == ALGO_SPLIT && count > 0;
+}
+
+/* After a mismatch: what ranks on the split road sent this rank during the
+ * agreement is taken in, and this rank's own early sends end, so that no message
+ * of this call is left for the next (split.c). */
+static gcclResult_t drop_early(struct coll_ctx* ctx, const struct coll_desc* all) {
+  for (int r = 0; r < ctx->nranks; r++)
+    if (r != ctx->rank && sends_early(all[r].kind, all[r].algo, all[r].count))
+      GCCL_CHECK(split_drop(ctx, r, (size_t)all[r].count, (gcclDataType_t)all[r].dt));
+  return split_settle(ctx);
+}
+
+/* The hashes in band (with sum's data riding along, or the split road's first
+ * round beside them); only after a mismatch, which every rank sees alike, the
+ * descriptors themselves, to say what differs. */
 static gcclResult_t agree_in_band(struct coll_ctx* ctx, const struct coll_args* a, enum coll_algo algo, uint64_t seq,
                                   const struct coll_args* sum) {
   int agreed = 0;
-  if (tp_has_board(ctx->tp))
+  struct split_early call = {ctx, a};
+  struct in_band_early early = {split_send_early, &call};
+  int split = !sum && sends_early(a->kind, algo, a->count);
+  if (split) split_early_begin(ctx);
+  if (tp_has_board(ctx->tp)) {
+    for (int r = 0; split && r < ctx->nranks; r++) /* no tagged messages: all at once */
+      if (r != ctx->rank) GCCL_CHECK(split_send_early(&call, r));
     GCCL_CHECK(board_exchange(ctx, hash_of(a, algo), sum, &agreed));
-  else
-    GCCL_CHECK(in_band_exchange(ctx, hash_of(a, algo), sum, &agreed));
+  } else {
+    GCCL_CHECK(in_band_exchange(ctx, hash_of(a, algo), sum, split ? &early : NULL, &agreed));
+  }
   if (agreed) return gcclSuccess;
-  struct coll_desc mine;
+  struct coll_desc mine, all[ctx->nranks];
   describe(ctx, a, algo, seq, &mine);
-  GCCL_CHECK(agree_by_allgather(ctx, &mine));
+  GCCL_CHECK(prim_allgather_small(ctx->tp, &mine, sizeof mine, all));
+  GCCL_CHECK(drop_early(ctx, all));
+  GCCL_CHECK(compare(all, ctx->nranks));
   return err_set(gcclInvalidUsage, "call mismatch in %s: the ranks' calls differ", coll_kind_name(a->kind));
 }
 

@@ -13,6 +13,7 @@ typedef gcclResult_t coll_algorithm(struct coll_ctx* ctx, const struct coll_args
 coll_algorithm allreduce_ring, allgather_ring, reducescatter_ring; /* ring.c */
 coll_algorithm allreduce_rhd;                                      /* rhd.c */
 coll_algorithm allreduce_tree, broadcast_tree, reduce_tree;        /* tree.c */
+coll_algorithm allreduce_split;                                    /* split.c */
 /* direct.c: threads of one process read their peers' buffers (ctx->peer_send,
  * peer_recv) between barriers. */
 coll_algorithm allreduce_direct, allgather_direct, reducescatter_direct, broadcast_direct, reduce_direct;

@@ -28,6 +28,7 @@ enum coll_algo {
   ALGO_RANDK,
   ALGO_POWERSGD,
   ALGO_IN_BAND, /* a small dense allreduce riding its own agreement (coll_agree_allreduce) */
+  ALGO_SPLIT,   /* a dense allreduce's chunks straight to their owners, the sums straight back (split.c) */
   ALGO_COUNT,
   ALGO_AUTO = -1
 };
@@ -103,7 +104,7 @@ static inline struct coll_args coll_call(enum coll_kind kind, const void* sendbu
 struct tuner_net {
   size_t rhd_max_bytes;     /* rhd up to here, the ring above */
   size_t halving_min_bytes; /* the in-band allreduce halves above here, from 4 ranks on; doubles at 2 */
-  size_t in_band_max_bytes; /* p not a power of two: in band up to here, the ring above (core/in_band_limit.c) */
+  size_t in_band_max_bytes; /* p not a power of two: in band up to here, split above (core/in_band_limit.c) */
 };
 
 /* What an algorithm may use: the transport, the communicator's scratch, and (for
@@ -125,6 +126,10 @@ struct coll_ctx {
   size_t work_bytes;
   struct hier_state* hier; /* hier.c's views and sub-contexts, made on first use */
   struct tuner_net net;    /* zeros unless the ranks span nodes of a network */
+  /* allreduce_split's first round, posted during the agreement (split.h): its
+   * requests by peer [nranks], pending while split_early_posted. */
+  tp_req* split_early;
+  int split_early_posted;
 };
 
 /* Points *out at a workspace of at least `bytes` (64-byte aligned, pre-touched),

@@ -7,9 +7,9 @@
 #include "common/reduce.h"
 #include "common/result.h"
 
-static const char* const algo_names[ALGO_COUNT] = {"ring",      "rhd",   "tree",         "direct",
-                                                   "hier",      "sra",   "ring-requant", "sparse-ag",
-                                                   "sparse-sr", "randk", "powersgd",     "in-band"};
+static const char* const algo_names[ALGO_COUNT] = {"ring",     "rhd",          "tree",      "direct",    "hier",
+                                                   "sra",      "ring-requant", "sparse-ag", "sparse-sr", "randk",
+                                                   "powersgd", "in-band",      "split"};
 
 const char* algo_name(enum coll_algo algo) {
   return (algo >= 0 && algo < ALGO_COUNT) ? algo_names[algo] : "auto";
@@ -32,7 +32,8 @@ static coll_algorithm* const algorithms[COLL_NKINDS][ALGO_COUNT] = {
                         [ALGO_RHD] = allreduce_rhd,
                         [ALGO_TREE] = allreduce_tree,
                         [ALGO_DIRECT] = allreduce_direct,
-                        [ALGO_HIER] = allreduce_hier},
+                        [ALGO_HIER] = allreduce_hier,
+                        [ALGO_SPLIT] = allreduce_split},
     [COLL_ALLGATHER] = {[ALGO_RING] = allgather_ring, [ALGO_DIRECT] = allgather_direct},
     [COLL_REDUCESCATTER] = {[ALGO_RING] = reducescatter_ring, [ALGO_DIRECT] = reducescatter_direct},
     [COLL_BROADCAST] = {[ALGO_TREE] = broadcast_tree, [ALGO_DIRECT] = broadcast_direct},

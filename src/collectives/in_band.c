@@ -30,7 +30,11 @@
  *
  * Non-powers of two: with q the largest power of two below p, rank q + i first
  * hands its message to rank 2q - p + i and at the end receives that rank's
- * result (run()). */
+ * result (run()).
+ *
+ * With the agreement alone, a split allreduce's first round goes out beside the
+ * exchange (in_band.h's struct in_band_early): each plain message after the
+ * tagged one to the same peer, whose tagged receive would otherwise take it. */
 #include "collectives/in_band.h"
 
 #include <string.h>
@@ -67,11 +71,12 @@ _Static_assert(IN_BAND_SCRATCH_BYTES <= COLL_SCRATCH_BYTES, "the exchange's buff
 
 struct ib_exchange {
   struct coll_ctx* ctx;
-  const struct coll_args* sum; /* NULL: the agreement alone */
-  size_t count, size;          /* sum's elements and their size; 0 without */
-  struct ib_block block;       /* this rank's view so far */
-  unsigned char* out;          /* [IN_BAND_MAX_BYTES]: the partial sum of all the data */
-  unsigned char* in;           /* [IN_BAND_MAX_BYTES]: a peer's message */
+  const struct coll_args* sum;       /* NULL: the agreement alone */
+  const struct in_band_early* early; /* NULL, or posts after each tagged send (sum NULL) */
+  size_t count, size;                /* sum's elements and their size; 0 without */
+  struct ib_block block;             /* this rank's view so far */
+  unsigned char* out;                /* [IN_BAND_MAX_BYTES]: the partial sum of all the data */
+  unsigned char* in;                 /* [IN_BAND_MAX_BYTES]: a peer's message */
 };
 
 /* Elements [first, first + n) of the data: a slice of the vector a step moves. */
@@ -124,6 +129,7 @@ static gcclResult_t step(struct ib_exchange* x, int peer, const struct ib_slice*
   uint32_t tag = 0;
   if (take) GCCL_CHECK(prim_post_recv_tagged(tp, peer, x->in, IN_BAND_MAX_BYTES, &got, &tag, &reqs[0]));
   if (give) GCCL_CHECK(post_message(x, peer, *give, &reqs[1]));
+  if (give && x->early) GCCL_CHECK(x->early->send(x->early->arg, peer));
   GCCL_CHECK(prim_wait_all(tp, reqs, 2));
   return take ? absorb(x, peer, *take, block_of(tag), got, use) : gcclSuccess;
 }
@@ -227,8 +233,25 @@ static gcclResult_t run(struct ib_exchange* x) {
   return gcclSuccess;
 }
 
-gcclResult_t in_band_exchange(struct coll_ctx* ctx, uint64_t hash, const struct coll_args* sum, int* agreed) {
-  struct ib_exchange x = {.ctx = ctx, .sum = sum, .block = {(uint32_t)(hash >> 42), 0}};
+double in_band_busiest_bytes(const struct coll_ctx* ctx, size_t bytes) {
+  int p = ctx->nranks, q = coll_pow2_floor(p), steps = 0;
+  for (int d = 1; d < q; d *= 2) steps++;
+  double core = halving(ctx, bytes, q) ? 2.0 * (q - 1) / q * (double)bytes : (double)steps * (double)bytes;
+  return core + (p > q ? (double)bytes : 0.0); /* the fold's result, sent back */
+}
+
+/* Whether ranks r and c exchange tagged messages in an agreement alone (run()). */
+static int partners(int p, int r, int c) {
+  int q = coll_pow2_floor(p), first_host = 2 * q - p;
+  if (r >= q || c >= q) return r >= q ? c == r - q + first_host : r == c - q + first_host;
+  unsigned d = (unsigned)(r ^ c);
+  return d && !(d & (d - 1));
+}
+
+gcclResult_t in_band_exchange(struct coll_ctx* ctx, uint64_t hash, const struct coll_args* sum,
+                              const struct in_band_early* early, int* agreed) {
+  struct ib_exchange x = {.ctx = ctx, .sum = sum, .early = early, .block = {(uint32_t)(hash >> 42), 0}};
+  if (early && sum) return err_set(gcclInternalError, "in-band exchange: early messages beside data");
   if (sum) {
     x.count = sum->count;
     x.size = dtype_size(sum->dt);
@@ -239,6 +262,8 @@ gcclResult_t in_band_exchange(struct coll_ctx* ctx, uint64_t hash, const struct 
   x.out = ctx->scratch;
   x.in = x.out + prim_align64(IN_BAND_MAX_BYTES);
   if (bytes) memcpy(x.out, sum->sendbuff, bytes);
+  for (int c = 0; early && c < ctx->nranks; c++)
+    if (c != ctx->rank && !partners(ctx->nranks, ctx->rank, c)) GCCL_CHECK(early->send(early->arg, c));
   GCCL_CHECK(run(&x));
   *agreed = agreed_so_far(&x);
   if (*agreed && bytes) {

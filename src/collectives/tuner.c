@@ -96,9 +96,10 @@ enum coll_algo tuner_choose(enum coll_kind kind, size_t bytes, int nranks, int l
        * (in_band.c), where the tree would follow an agreement and precede a barrier. */
       size_t in_band_max = net && net->in_band_max_bytes ? net->in_band_max_bytes : IN_BAND_MAX_BYTES;
       if ((caps & TUNER_IN_BAND) && bytes <= in_band_max) return ALGO_IN_BAND;
-      /* Past the limit timed at creation (p not a power of two): the ring moves
-       * 2 (p-1)/p n where the tree, like the in-band fold, moves n several times. */
-      if ((caps & TUNER_IN_BAND) && bytes <= IN_BAND_MAX_BYTES) return ALGO_RING;
+      /* Past the limit timed at creation (p not a power of two): split moves
+       * 2 (p-1)/p n, as the ring, where the tree, like the in-band fold, moves n
+       * several times, and its first round rides the agreement (split.c). */
+      if ((caps & TUNER_IN_BAND) && bytes <= IN_BAND_MAX_BYTES) return ALGO_SPLIT;
       /* several nodes: only 1/L of the tensor per rank crosses the slow links */
       if (local_size > 1 && local_size < nranks && bytes > TUNER_TREE_MAX_BYTES) return ALGO_HIER;
       if (bytes <= TUNER_TREE_MAX_BYTES) return ALGO_TREE;

@@ -76,10 +76,12 @@ gcclResult_t comm_alloc(gcclComm_t* out, int rank, int nranks, int node_size, in
   if (!c) return err_set(gcclSystemError, "out of memory allocating a communicator");
   c->ctx.peer_send = calloc((size_t)nranks, sizeof *c->ctx.peer_send);
   c->ctx.peer_recv = calloc((size_t)nranks, sizeof *c->ctx.peer_recv);
+  c->ctx.split_early = calloc((size_t)nranks, sizeof *c->ctx.split_early);
   gcclResult_t res = arena_alloc(&c->ctx.scratch, scratch_bytes);
-  if (res != gcclSuccess || !c->ctx.peer_send || !c->ctx.peer_recv) {
+  if (res != gcclSuccess || !c->ctx.peer_send || !c->ctx.peer_recv || !c->ctx.split_early) {
     free(c->ctx.peer_send);
     free(c->ctx.peer_recv);
+    free(c->ctx.split_early);
     arena_free(c->ctx.scratch, scratch_bytes);
     free(c);
     return res != gcclSuccess ? res : err_set(gcclSystemError, "out of memory allocating a communicator");
@@ -121,6 +123,7 @@ void comm_free(gcclComm_t c) {
   hier_state_free(c->ctx.hier);
   free(c->ctx.peer_send);
   free(c->ctx.peer_recv);
+  free(c->ctx.split_early);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->idle);
   handle_retire(HANDLE_COMM, c);

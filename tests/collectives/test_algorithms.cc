@@ -1,4 +1,4 @@
-// test_algorithms.cc — the message-passing schedules (ring, rhd, tree) driven
+// test_algorithms.cc — the message-passing schedules (ring, rhd, tree, split) driven
 // directly over the local transport, one thread per rank, without the public API.
 //
 // Inputs are small integers, so every reduction order gives the exact result and
@@ -51,7 +51,8 @@ std::vector<gcclResult_t> RunRanks(int p, size_t scratch_bytes, int64_t timeout_
   for (int r = 0; r < p; r++) {
     threads.emplace_back([&, r] {
       void* scratch = std::malloc(scratch_bytes);
-      struct coll_ctx ctx = {tps[r], r, p, scratch, scratch_bytes, nullptr, nullptr, p, nullptr, 0, nullptr, {}};
+      struct coll_ctx ctx = {tps[r],  r, p,       scratch, scratch_bytes, nullptr, nullptr, p,
+                             nullptr, 0, nullptr, {},      nullptr,       0};
       res[r] = body(&ctx);
       if (res[r] != gcclSuccess) tps[r]->ops->cancel_all(tps[r]);
       std::free(scratch);
@@ -378,6 +379,9 @@ TEST(AlgorithmsAllReduce, RingMatchesExactReference) {
 TEST(AlgorithmsAllReduce, RhdMatchesExactReference) {
   Sweep(COLL_ALLREDUCE, allreduce_rhd, "rhd");
 }
+TEST(AlgorithmsAllReduce, SplitMatchesExactReference) {
+  Sweep(COLL_ALLREDUCE, allreduce_split, "split");
+}
 TEST(AlgorithmsAllReduce, TreeMatchesExactReference) {
   Sweep(COLL_ALLREDUCE, allreduce_tree, "tree");
 }
@@ -396,7 +400,7 @@ TEST(AlgorithmsReduce, TreeMatchesExactReference) {
 
 // gcclAvg reduces exactly as gcclSum: the division is the caller's.
 TEST(AlgorithmsAllReduce, AvgSumsWithoutDividing) {
-  for (AlgoFn fn : {allreduce_ring, allreduce_rhd, allreduce_tree})
+  for (AlgoFn fn : {allreduce_ring, allreduce_rhd, allreduce_tree, allreduce_split})
     for (int p : {3, 4}) {
       std::vector<std::vector<float>> out(p, std::vector<float>(5));
       float in[5] = {1, 2, 3, 4, 5};
@@ -419,7 +423,8 @@ TEST(AlgorithmsAllReduce, RandomFloatsBitIdenticalAcrossRanksAndRuns) {
     AlgoFn fn;
     const char* name;
   };
-  for (Algo algo : {Algo{allreduce_ring, "ring"}, Algo{allreduce_rhd, "rhd"}, Algo{allreduce_tree, "tree"}})
+  for (Algo algo : {Algo{allreduce_ring, "ring"}, Algo{allreduce_rhd, "rhd"}, Algo{allreduce_tree, "tree"},
+                    Algo{allreduce_split, "split"}})
     for (int p : {3, 5, 6, 8}) {
       std::vector<std::vector<float>> in(p, std::vector<float>(n));
       for (int r = 0; r < p; r++)
@@ -452,7 +457,8 @@ TEST(AlgorithmsAllReduce, ProductionScratchLargeVector) {
     AlgoFn fn;
     const char* name;
   };
-  for (Algo algo : {Algo{allreduce_ring, "ring"}, Algo{allreduce_rhd, "rhd"}, Algo{allreduce_tree, "tree"}}) {
+  for (Algo algo : {Algo{allreduce_ring, "ring"}, Algo{allreduce_rhd, "rhd"}, Algo{allreduce_tree, "tree"},
+                    Algo{allreduce_split, "split"}}) {
     const int p = 3;
     std::vector<std::vector<int32_t>> in(p, std::vector<int32_t>(n)), out(p, std::vector<int32_t>(n));
     for (int r = 0; r < p; r++)
@@ -479,7 +485,8 @@ TEST(AlgorithmsErrors, MissingPeerTimesOutAndLeavesSendbuffUnchanged) {
     AlgoFn fn;
     const char* name;
   };
-  for (Algo algo : {Algo{allreduce_ring, "ring"}, Algo{allreduce_rhd, "rhd"}, Algo{allreduce_tree, "tree"}}) {
+  for (Algo algo : {Algo{allreduce_ring, "ring"}, Algo{allreduce_rhd, "rhd"}, Algo{allreduce_tree, "tree"},
+                    Algo{allreduce_split, "split"}}) {
     const int p = 3;
     std::vector<std::vector<float>> in(p, std::vector<float>(n, 1.5f)), out(p, std::vector<float>(n));
     auto start = std::chrono::steady_clock::now();

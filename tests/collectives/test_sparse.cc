@@ -639,7 +639,8 @@ TEST(SparseAllReduce, AFrameSizeAboveTheBoundIsCorruptNotAnAllocation) {
     threads.emplace_back([&, r] {
       const size_t ur = static_cast<size_t>(r);
       std::vector<unsigned char> scratch(1 << 16);
-      struct coll_ctx ctx = {tps[ur], r, p, scratch.data(), scratch.size(), nullptr, nullptr, p, nullptr, 0, nullptr, {}};
+      struct coll_ctx ctx = {
+          tps[ur], r, p, scratch.data(), scratch.size(), nullptr, nullptr, p, nullptr, 0, nullptr, {}, nullptr, 0};
       struct coll_args a = coll_call(COLL_ALLREDUCE, in[ur].data(), out[ur].data(), n, gcclFloat32, gcclSum, 0);
       a.comp = comps[r];
       res[ur] = allreduce_sparse_ag(&ctx, &a);

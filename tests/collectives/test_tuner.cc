@@ -51,13 +51,13 @@ TEST(Tuner, DenseAllReduceGoesHierarchicalAcrossNodesOnly) {
 }
 
 // p not a power of two across nodes: in band up to the limit timed at creation
-// (core/in_band_limit.c), the ring from there to IN_BAND_MAX_BYTES, then as before.
-TEST(Tuner, InBandUpToTheTimedLimitThenTheRing) {
+// (core/in_band_limit.c), split from there to IN_BAND_MAX_BYTES, then as before.
+TEST(Tuner, InBandUpToTheTimedLimitThenSplit) {
   tuner_net net = {};
   net.in_band_max_bytes = 8u << 10;
   EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 8u << 10, 3, 1, TUNER_IN_BAND, &net, ALGO_AUTO), ALGO_IN_BAND);
-  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, (8u << 10) + 4, 3, 1, TUNER_IN_BAND, &net, ALGO_AUTO), ALGO_RING);
-  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 64u << 10, 5, 1, TUNER_IN_BAND, &net, ALGO_AUTO), ALGO_RING);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, (8u << 10) + 4, 3, 1, TUNER_IN_BAND, &net, ALGO_AUTO), ALGO_SPLIT);
+  EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, 64u << 10, 5, 1, TUNER_IN_BAND, &net, ALGO_AUTO), ALGO_SPLIT);
   EXPECT_EQ(tuner_choose(COLL_ALLREDUCE, (64u << 10) + 4, 3, 1, TUNER_IN_BAND, &net, ALGO_AUTO), ALGO_RHD);
   // no limit timed: in band up to IN_BAND_MAX_BYTES
   tuner_net none = {};

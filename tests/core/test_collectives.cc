@@ -515,7 +515,7 @@ TEST_P(ForcedAlgo, AllReduceExact) {
 
 std::vector<AlgoParam> AllAlgoParams() {
   std::vector<AlgoParam> v;
-  for (const char* a : {"ring", "rhd", "tree", "direct"})
+  for (const char* a : {"ring", "rhd", "tree", "direct", "split"})
     for (int p = 1; p <= kMaxRanks; ++p) v.push_back({a, p});
   return v;
 }

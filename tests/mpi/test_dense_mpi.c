@@ -1,7 +1,7 @@
 /* test_dense_mpi.c — every dense collective over MPI ranks, against exact references.
  *
  * Inputs are small integers, so every reduction is exact in every datatype and
- * results compare bit for bit: allreduce by ring, rhd and tree (GCCL_ALGO) and by
+ * results compare bit for bit: allreduce by ring, rhd, tree and split (GCCL_ALGO) and by
  * the tuner's choice, allgather, reducescatter, broadcast and reduce from every
  * root; several datatypes, every op; counts 0, 1, below the rank count, primes,
  * and counts the rank count does not divide; in place and out of place; and
@@ -334,10 +334,11 @@ static void identical_across_ranks(void) {
 }
 
 /* Every rank's chunk of the ring over two 16 MiB segments (the second one
- * short), and as many for rhd's halves and tree's pieces. */
+ * short), and as many for rhd's halves, tree's pieces and split's chunks (two
+ * segments of 16 MiB / (p - 1) at p = 3). */
 static void large_cases(void) {
-  const char* algos[] = {"ring", "rhd", "tree"};
-  for (int a = 0; a < 3; a++) {
+  const char* algos[] = {"ring", "rhd", "tree", "split"};
+  for (int a = 0; a < 4; a++) {
     mc_setenv("GCCL_ALGO", algos[a]);
     gcclComm_t comm = mc_comm(MPI_COMM_WORLD);
     mc_setenv("GCCL_ALGO", NULL);
@@ -421,12 +422,12 @@ int main(int argc, char** argv) {
   quick = mc_flag("--quick");
   int large = mc_flag("--large");
   plan_counts();
-  const char* algos[] = {NULL, "ring", "rhd", "tree"};
-  for (int a = 0; a < 4; a++)
+  const char* algos[] = {NULL, "ring", "rhd", "tree", "split"};
+  for (int a = 0; a < 5; a++)
     if (!quick || a < 2) allreduce_cases(algos[a]);
   other_collective_cases();
-  const char* back_to_back[] = {NULL, "ring", "rhd", "tree"};
-  for (int a = 0; a < 4; a++)
+  const char* back_to_back[] = {NULL, "ring", "rhd", "tree", "split"};
+  for (int a = 0; a < 5; a++)
     if (!quick || a == 0) calls_back_to_back(back_to_back[a]);
   identical_across_ranks();
   if (large) large_cases();

@@ -181,6 +181,46 @@ static void check_mismatches(void) {
   MC_OK(gcclCommDestroy(comm), NULL);
 }
 
+/* GCCL_ALGO=split: each allreduce sends its first round while the agreement runs
+ * (collectives/split.c). After a mismatch the receive buffer keeps what it held
+ * and no message of the call is left to meet the next (expect_mismatch's
+ * allreduce, itself on split, and the in-place one after it). Counts that differ
+ * in their chunks' sizes, a datatype of another size, an empty call, a call that
+ * sends nothing early (an allgather), and 300000 floats, whose chunks go in
+ * several messages (GCCL_MPI_CHUNK_BYTES) or after a handshake. */
+static void check_split_mismatches(void) {
+  if (mc_nranks < 2) return;
+  mc_setenv("GCCL_ALGO", "split");
+  gcclComm_t comm = mc_comm(MPI_COMM_WORLD);
+  mc_setenv("GCCL_ALGO", NULL);
+  if (!comm) return;
+  size_t big = 300 * N;
+  float* a = calloc(big + 1, sizeof *a);
+  float* b = calloc(big + 1, sizeof *b);
+  int odd = mc_rank == mc_nranks - 1;
+  const size_t counts[][2] = {{N, N + 1}, {N, 1}, {N, 0}, {0, N}, {big, N}, {big, big + 1}};
+  for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+    for (size_t i = 0; i <= big; i++) b[i] = -1;
+    size_t n = counts[k][odd];
+    expect_mismatch(comm, gcclAllReduce(a, b, n, gcclFloat32, gcclSum, comm, NULL), "count", __LINE__);
+    MC_CHECK(b[0] == -1 && b[n ? n - 1 : 0] == -1, "a mismatched split allreduce wrote its receive buffer (count %zu)",
+             n);
+    for (size_t i = 0; i < N; i++) a[i] = (float)(i % 3);
+    MC_OK(gcclAllReduce(a, a, N, gcclFloat32, gcclSum, comm, NULL), comm);
+    MC_CHECK(a[1] == (float)mc_nranks && a[N - 1] == (float)(((N - 1) % 3) * (size_t)mc_nranks),
+             "the split allreduce after a mismatch summed wrong");
+  }
+  expect_mismatch(comm, gcclAllReduce(a, b, N, odd ? gcclInt8 : gcclFloat32, gcclSum, comm, NULL), "datatype",
+                  __LINE__);
+  expect_mismatch(
+      comm,
+      odd ? gcclAllGather(a, b, N, gcclFloat32, comm, NULL) : gcclAllReduce(a, b, N, gcclFloat32, gcclSum, comm, NULL),
+      "collective", __LINE__);
+  free(a);
+  free(b);
+  MC_OK(gcclCommDestroy(comm), NULL);
+}
+
 /* ---- streams and groups ---------------------------------------------------------------- */
 
 static void fill(float* x, float v) {
@@ -260,6 +300,7 @@ int main(int argc, char** argv) {
   check_setting_disagrees("GCCL_MPI_CHUNK_BYTES", "4096");
   check_subcommunicator();
   check_mismatches();
+  check_split_mismatches();
   if (level == MPI_THREAD_MULTIPLE)
     check_streams_and_groups();
   else

@@ -10,7 +10,9 @@
  *   in band    p not a power of two across nodes: the in-band limit timed at
  *              creation (core/in_band_limit.h) is one of the sizes timed and alike
  *              on every rank; with it set lower, sums on both sides are exact and
- *              calls of sizes on either side of it meet as a mismatch on every rank
+ *              calls of sizes on either side of it meet as a mismatch on every rank,
+ *              after which no message of split's first round, sent while the
+ *              agreement ran (collectives/split.c), is left for the next calls
  * The communicator's fields (internals) say what was measured. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -101,20 +103,33 @@ static void named(void) {
   MC_OK(gcclCommDestroy(comm), NULL);
 }
 
-/* Rank 0 calls `count0` floats, the others `count`: a mismatch on every rank,
- * and the communicator goes on. */
+/* Rank 0 calls `count0` floats, the others `count`: a mismatch on every rank
+ * that leaves the receive buffer untouched, and the communicator goes on: calls
+ * on split (300 floats) and in band (3), whose messages would meet any message
+ * the mismatched call left behind. */
 static void check_mismatch(gcclComm_t comm, size_t count0, size_t count) {
-  float* buf = calloc(count0 > count ? count0 : count, sizeof *buf);
-  gcclResult_t res = gcclAllReduce(buf, buf, mc_rank == 0 ? count0 : count, gcclFloat32, gcclSum, comm, NULL);
+  size_t n = mc_rank == 0 ? count0 : count;
+  float* send = calloc(n ? n : 1, sizeof *send);
+  float* recv = calloc(n ? n : 1, sizeof *recv);
+  for (size_t i = 0; i < n; i++) send[i] = recv[i] = (float)(i % 5 + 1);
+  gcclResult_t res = gcclAllReduce(send, mc_rank % 2 ? send : recv, n, gcclFloat32, gcclSum, comm, NULL);
   MC_CHECK(res == gcclInvalidUsage, "rank %d: counts %zu and %zu gave %s", mc_rank, count0, count,
            gcclGetErrorString(res));
-  free(buf);
+  for (size_t i = 0; i < n; i++)
+    if (send[i] != (float)(i % 5 + 1) || recv[i] != (float)(i % 5 + 1)) {
+      mc_fail(__FILE__, __LINE__, "counts %zu and %zu: a mismatched call wrote element %zu", count0, count, i);
+      break;
+    }
+  free(send);
+  free(recv);
+  check_sum(comm, 300);
+  check_sum(comm, 3);
   check_sum(comm, 300);
 }
 
+/* 8 KiB (split won down to 16 KiB), or a size timed where in band won. */
 static int one_of_the_sizes_timed(size_t limit) {
-  return limit == (4u << 10) || limit == (8u << 10) || limit == (16u << 10) || limit == (32u << 10) ||
-         limit == (64u << 10);
+  return limit == (8u << 10) || limit == (16u << 10) || limit == (32u << 10) || limit == (64u << 10);
 }
 
 static void in_band_limit(void) {
@@ -128,18 +143,22 @@ static void in_band_limit(void) {
   } else {
     MC_CHECK(one_of_the_sizes_timed(limit), "in-band limit %zu bytes: not one of the sizes timed", limit);
     mc_same_everywhere(&limit, sizeof limit, __FILE__, __LINE__, "the in-band limit");
-    /* As a slow network would set it: the ring from 1 KiB. */
+    /* As a slow network would set it: split from 1 KiB. */
     comm->ctx.net.in_band_max_bytes = 1024;
     MC_CHECK(tuner_choose(COLL_ALLREDUCE, 1024, mc_nranks, 1, caps, &comm->ctx.net, ALGO_AUTO) == ALGO_IN_BAND &&
-                 tuner_choose(COLL_ALLREDUCE, 1028, mc_nranks, 1, caps, &comm->ctx.net, ALGO_AUTO) == ALGO_RING,
+                 tuner_choose(COLL_ALLREDUCE, 1028, mc_nranks, 1, caps, &comm->ctx.net, ALGO_AUTO) == ALGO_SPLIT,
              "the tuner does not take the in-band limit");
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) check_sum(comm, counts[i]);
-    /* Rank 0 one element past the limit (the agreement alone, then the ring), the
-     * others at it (in band with the data); both past it (the ring); an empty
-     * call against one element. */
+    /* Rank 0 one element past the limit (split, its first round sent early), the
+     * others at it (in band with the data), and the other way round; both past it
+     * (split, of different sizes); an empty call against one element, and against
+     * split; fewer elements than ranks. */
     check_mismatch(comm, 257, 256);
+    check_mismatch(comm, 256, 257);
     check_mismatch(comm, 16385, 16384);
     check_mismatch(comm, 0, 1);
+    check_mismatch(comm, 0, 300);
+    check_mismatch(comm, 300, 2);
   }
   MC_OK(gcclCommDestroy(comm), NULL);
 }
