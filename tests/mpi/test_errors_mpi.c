@@ -186,8 +186,8 @@ static void check_mismatches(void) {
  * and no message of the call is left to meet the next (expect_mismatch's
  * allreduce, itself on split, and the in-place one after it). Counts that differ
  * in their chunks' sizes, a datatype of another size, an empty call, a call that
- * sends nothing early (an allgather), and 300000 floats, whose chunks go in
- * several messages (GCCL_MPI_CHUNK_BYTES) or after a handshake. */
+ * sends nothing early (an allgather), and 300000 floats, whose chunks go after a
+ * handshake (and in many messages under mpi_errors_chunked_noboard_np3). */
 static void check_split_mismatches(void) {
   if (mc_nranks < 2) return;
   mc_setenv("GCCL_ALGO", "split");
