@@ -1,9 +1,15 @@
 """Run under mpirun (test_mpi.py starts it): the binding's MPI communicator, and
 the DDP hook with transport="gccl". Exits non-zero on any failure."""
 
+import faulthandler
 import gc
 import os
 import sys
+
+# A hang (in the hook, gloo or MPI) dumps every thread's stack and ends the run
+# before test_mpi.py's 300 s timeout kills it with its output lost: one run of
+# 2 processes hung in CI on 2026-12-06 and left nothing to read.
+faulthandler.dump_traceback_later(240, exit=True)
 
 from mpi4py import MPI  # initialises MPI (MPI_THREAD_MULTIPLE) before gccl is used
 
