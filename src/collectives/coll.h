@@ -189,4 +189,12 @@ static inline void coll_chunk(size_t count, int nranks, int r, size_t* offset, s
   *len = base + ((size_t)r < extra ? 1 : 0);
 }
 
+/* Segment j, of at most seg elements, of a piece of len elements starting at
+ * element `at`: *off its first element, *n its length (0 past the piece's end). */
+static inline void coll_segment(size_t at, size_t len, size_t seg, size_t j, size_t* off, size_t* n) {
+  size_t start = j * seg;
+  *off = at + start;
+  *n = start >= len ? 0 : (len - start < seg ? len - start : seg);
+}
+
 #endif

@@ -41,9 +41,7 @@ static void seg_of(const struct ring_layout* L, int p, int c, size_t j, size_t* 
   } else {
     coll_chunk(L->count, p, c, &coff, &clen);
   }
-  size_t start = j * L->seg;
-  *off = coff + start;
-  *len = start >= clen ? 0 : (clen - start < L->seg ? clen - start : L->seg);
+  coll_segment(coff, clen, L->seg, j, off, len);
 }
 
 /* Segment indices to run: enough for chunk 0, the longest. */

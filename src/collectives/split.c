@@ -55,10 +55,9 @@ static gcclResult_t layout_of(const struct coll_ctx* ctx, size_t count, gcclData
 
 /* Segment j of chunk c: its first element and length (0 past the chunk's end). */
 static void seg_of(const struct split_layout* L, int p, int c, size_t j, size_t* off, size_t* len) {
-  size_t coff, clen, start = j * L->seg;
+  size_t coff, clen;
   coll_chunk(L->count, p, c, &coff, &clen);
-  *off = coff + start;
-  *len = start >= clen ? 0 : (clen - start < L->seg ? clen - start : L->seg);
+  coll_segment(coff, clen, L->seg, j, off, len);
 }
 
 /* Round 1 of segment j to one peer: its chunk of this rank's vector. */
@@ -127,7 +126,10 @@ gcclResult_t allreduce_split(struct coll_ctx* ctx, const struct coll_args* a) {
     if (j == 0 && early) {
       memcpy(sends, ctx->split_early, (size_t)p * sizeof *sends);
     } else {
-      for (int i = 1; i < p; i++) GCCL_CHECK(send_chunk(ctx, a, &L, j, prim_mod(r + i, p), &sends[prim_mod(r + i, p)]));
+      for (int i = 1; i < p; i++) {
+        int k = prim_mod(r + i, p);
+        GCCL_CHECK(send_chunk(ctx, a, &L, j, k, &sends[k]));
+      }
     }
     GCCL_CHECK(finish_seg(ctx, a, &L, j, sends, recvs));
   }
