@@ -4,17 +4,29 @@
 #ifndef GCCL_CORE_IN_BAND_LIMIT_H
 #define GCCL_CORE_IN_BAND_LIMIT_H
 
+#include <stddef.h>
+
 #include "gccl.h"
 
 /* On a communicator whose ranks span nodes, p not a power of two, exchanging in
  * band, and not under GCCL_FAULT: every rank times the in-band allreduce against
- * split (collectives/split.c), after untimed calls that leave the link busy,
- * from IN_BAND_MAX_BYTES down, halving while split is faster (the slowest rank's
- * times, each at least what its bytes take at the link's measured rate, alike on
- * every rank), and comm->ctx.net's in_band_max_bytes becomes the first size
- * down to 16 KiB where split was not faster, or 8 KiB. Needs comm->link
- * (link_measure first). Otherwise it does nothing. Errors: the transport's, or gcclSystemError
- * (out of memory). */
+ * split (collectives/split.c), after untimed calls that leave the link busy, at
+ * 64, 32 and 16 KiB (the slowest rank's times, each at least what its bytes take
+ * at the link's measured rate, alike on every rank; a second time, keeping each
+ * road's least, where the sizes contradict one another), and comm->ctx.net's
+ * in_band_max_bytes becomes in_band_limit_fit's limit: 8 KiB or a size timed.
+ * Needs comm->link (link_measure first). Otherwise it does nothing. Errors: the
+ * transport's, or gcclSystemError (out of memory). */
 gcclResult_t in_band_limit_measure(gcclComm_t c);
+
+/* The limit that the times of n sizes (bytes[] descending, each with its road's
+ * times) contradict least: in band up to it, split above. Split wins a size when
+ * it is faster by 5%. The limit is `least` or one of bytes[]; the fewest sizes
+ * whose winner it contradicts, then the least sum of |log| of their ratios, then
+ * the larger limit. One size timed wrong (a hiccup of split's at 64 KiB) then
+ * cannot keep the sizes below it in band that split won. *against (if not NULL):
+ * how many sizes it contradicts. */
+size_t in_band_limit_fit(const size_t bytes[], const double in_band[], const double split[], int n, size_t least,
+                         int* against);
 
 #endif
