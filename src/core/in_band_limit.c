@@ -49,9 +49,9 @@
 
 #define LIMIT_LEAST_BYTES ((size_t)8 << 10) /* timed down to 16 KiB; 8 KiB and below, in band */
 #define LIMIT_SIZES 3                       /* 64, 32 and 16 KiB */
-#define LIMIT_PASSES 2    /* timings of every size at most, the second where the first contradicted itself */
-#define LIMIT_TRIALS 3    /* timed calls of each road per size, after one untimed */
-#define LIMIT_MARGIN 0.95 /* split must be this much faster: in band is the default */
+#define LIMIT_PASSES 2                      /* timings of every size at most (in_band_limit_measure) */
+#define LIMIT_TRIALS 3                      /* timed calls of each road per size, after one untimed */
+#define LIMIT_MARGIN 0.95                   /* split must be this much faster: in band is the default */
 _Static_assert(2 * sizeof(double) <= TP_SMALL_MAX, "the times travel by allgather_small");
 _Static_assert(LIMIT_TRIALS == 3, "the median is median3's");
 _Static_assert(IN_BAND_MAX_BYTES >> LIMIT_SIZES == LIMIT_LEAST_BYTES,
@@ -136,8 +136,8 @@ static gcclResult_t drain(gcclComm_t c, float* buf) {
   return time_calls(&c->ctx, &a, ROAD_IN_BAND, &dropped);
 }
 
-/* Split wins at size i when it is faster by the margin. */
-static int split_wins(const double in_band, const double split) {
+/* Split wins a size when it is faster than in band by the margin. */
+static int split_wins(double in_band, double split) {
   return split < LIMIT_MARGIN * in_band;
 }
 
@@ -164,7 +164,7 @@ size_t in_band_limit_fit(const size_t bytes[], const double in_band[], const dou
       best_loss = loss;
     }
   }
-  if (against) *against = n ? best_wrong : 0;
+  if (against) *against = best_wrong;
   return best;
 }
 

@@ -12,9 +12,10 @@
  * band, and not under GCCL_FAULT: every rank times the in-band allreduce against
  * split (collectives/split.c), after untimed calls that leave the link busy, at
  * 64, 32 and 16 KiB (the slowest rank's times, each at least what its bytes take
- * at the link's measured rate, alike on every rank; a second time, keeping each
- * road's least, where the sizes contradict one another), and comm->ctx.net's
- * in_band_max_bytes becomes in_band_limit_fit's limit: 8 KiB or a size timed.
+ * at the link's measured rate, alike on every rank; a second time where the
+ * first keeps 32 KiB or more in band or contradicts itself, each road's two times
+ * then combined), and comm->ctx.net's in_band_max_bytes becomes
+ * in_band_limit_fit's limit: 8 KiB or a size timed.
  * Needs comm->link (link_measure first). Otherwise it does nothing. Errors: the
  * transport's, or gcclSystemError (out of memory). */
 gcclResult_t in_band_limit_measure(gcclComm_t c);
