@@ -107,16 +107,15 @@ static gcclResult_t time_size(gcclComm_t c, float* buf, size_t bytes, double slo
   GCCL_CHECK(time_calls(&c->ctx, &a, ROAD_IN_BAND, &mine[ROAD_IN_BAND]));
   GCCL_CHECK(time_calls(&c->ctx, &a, ROAD_SPLIT, &mine[ROAD_SPLIT]));
   GCCL_CHECK(tp_allgather_small(c->tp, mine, sizeof mine, all));
-  double timed[2] = {0, 0};
+  double timed[2] = {0, 0}, floor[2];
   for (int k = 0; k < 2; k++) {
     for (int r = 0; r < c->nranks; r++)
       if (all[r][k] > timed[k]) timed[k] = all[r][k];
-    double floor = floor_of(c, (enum road)k, bytes);
-    slowest[k] = timed[k] > floor ? timed[k] : floor;
+    floor[k] = floor_of(c, (enum road)k, bytes);
+    slowest[k] = timed[k] > floor[k] ? timed[k] : floor[k];
   }
   GCCL_TRACE(LOG_INIT, "in-band limit at %zu bytes: in band %.0f us (floor %.0f), split %.0f us (floor %.0f)", bytes,
-             timed[ROAD_IN_BAND] * 1e6, floor_of(c, ROAD_IN_BAND, bytes) * 1e6, timed[ROAD_SPLIT] * 1e6,
-             floor_of(c, ROAD_SPLIT, bytes) * 1e6);
+             timed[ROAD_IN_BAND] * 1e6, floor[ROAD_IN_BAND] * 1e6, timed[ROAD_SPLIT] * 1e6, floor[ROAD_SPLIT] * 1e6);
   return gcclSuccess;
 }
 
@@ -146,7 +145,7 @@ size_t in_band_limit_fit(const size_t bytes[], const double in_band[], const dou
   size_t best = least;
   int best_wrong = n + 1;
   double best_loss = INFINITY;
-  for (int k = n; k >= 0; k--) { /* the limit below bytes[k-1]: k = n is `least`, k = 0 is bytes[0] */
+  for (int k = n; k >= 0; k--) { /* each candidate limit: `least` (k = n), then bytes[n-1] up to bytes[0] */
     size_t limit = k == n ? least : bytes[k];
     int wrong = 0;
     double loss = 0;
@@ -181,12 +180,13 @@ static double combine(double a, double b) {
   return most > 2 * least ? least : (a + b) / 2;
 }
 
-/* One timing of every size, from the largest down; from the second pass on,
- * combined with the earlier ones'. */
-static gcclResult_t time_sizes(gcclComm_t c, float* buf, int pass, double in_band[], double split[]) {
+/* One timing of every size (bytes[], from the largest down); from the second
+ * pass on, combined with the earlier ones'. */
+static gcclResult_t time_sizes(gcclComm_t c, float* buf, const size_t bytes[], int pass, double in_band[],
+                               double split[]) {
   for (int i = 0; i < LIMIT_SIZES; i++) {
     double t[2];
-    GCCL_CHECK(time_size(c, buf, IN_BAND_MAX_BYTES >> i, t));
+    GCCL_CHECK(time_size(c, buf, bytes[i], t));
     in_band[i] = pass == 0 ? t[ROAD_IN_BAND] : combine(in_band[i], t[ROAD_IN_BAND]);
     split[i] = pass == 0 ? t[ROAD_SPLIT] : combine(split[i], t[ROAD_SPLIT]);
   }
@@ -210,7 +210,7 @@ gcclResult_t in_band_limit_measure(gcclComm_t c) {
    * 1.0x), or sizes that contradict one another (split's lead grows with the
    * size). The times are every rank's slowest, so every rank passes alike. */
   while (res == gcclSuccess && passes < LIMIT_PASSES) {
-    res = time_sizes(c, buf, passes++, in_band, split);
+    res = time_sizes(c, buf, bytes, passes++, in_band, split);
     if (res == gcclSuccess) limit = in_band_limit_fit(bytes, in_band, split, LIMIT_SIZES, LIMIT_LEAST_BYTES, &against);
     if (limit <= 2 * LIMIT_LEAST_BYTES && !against) break;
   }
