@@ -13,8 +13,14 @@
  *              calls of sizes on either side of it meet as a mismatch on every rank,
  *              after which no message of split's first round, sent while the
  *              agreement ran (collectives/split.c), is left for the next calls
+ *   malloc     (glibc) timing the in-band limit leaves malloc's mmap threshold as
+ *              it was: a 128 KiB buffer the program allocates after the
+ *              communicator is made is mapped exactly when one allocated before
+ *              it was (glibc raises the threshold when a mapped chunk is freed,
+ *              and the program's buffers then move to the heap)
  * The communicator's fields (internals) say what was measured. */
 #define _POSIX_C_SOURCE 200809L
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,8 +169,36 @@ static void in_band_limit(void) {
   MC_OK(gcclCommDestroy(comm), NULL);
 }
 
+#ifdef __GLIBC__
+/* malloc(bytes), and whether glibc served it by a mapping of its own (mallinfo2
+ * counts those). */
+static void* malloc_mapped(size_t bytes, int* mapped) {
+  size_t blocks = mallinfo2().hblks;
+  void* p = malloc(bytes);
+  *mapped = mallinfo2().hblks > blocks;
+  return p;
+}
+
+static void malloc_left_alone(void) {
+  const size_t bytes = 128 << 10; /* glibc's default mmap threshold */
+  int mapped_before, mapped_after;
+  void* before = malloc_mapped(bytes, &mapped_before); /* kept: freeing it would raise the threshold */
+  gcclComm_t comm = make("1", NULL, NULL);
+  void* after = malloc_mapped(bytes, &mapped_after);
+  MC_CHECK(before && after && mapped_after == mapped_before,
+           "a %zu-byte malloc was %s before the communicator was made and %s after", bytes,
+           mapped_before ? "mapped" : "on the heap", mapped_after ? "mapped" : "on the heap");
+  if (comm) MC_OK(gcclCommDestroy(comm), NULL);
+  free(after);
+  free(before);
+}
+#endif
+
 int main(int argc, char** argv) {
   mc_init(&argc, &argv);
+#ifdef __GLIBC__
+  malloc_left_alone(); /* first: before any other communicator is made and freed */
+#endif
   one_node();
   if (mc_nranks > 1) {
     measured();
