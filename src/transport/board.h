@@ -31,13 +31,15 @@ struct board {
 size_t board_bytes(int nranks);
 
 /* Attaches this rank to mem (board_bytes(nranks), zero-filled, the same memory
- * on every rank) and touches its own part, so that its pages are faulted in here
- * and not on the first call. Errors: gcclSystemError (out of memory). */
+ * on every rank, on a 64-byte line as a mapping is) and touches its own part, so
+ * that its pages are faulted in here and not on the first call. Errors:
+ * gcclInternalError (mem off a line), gcclSystemError (out of memory). */
 gcclResult_t board_init(struct board* b, void* mem, int rank, int nranks);
 void board_fini(struct board* b);
 
 /* Posts this rank's record of the next round: hash and `bytes` of data (at most
- * TP_BOARD_MAX_BYTES; data may be NULL when bytes is 0). */
+ * TP_BOARD_MAX_BYTES; data may be NULL when bytes is 0). Its readers find the
+ * data as far past a 32-byte boundary as `data` is. */
 void board_publish(struct board* b, uint64_t hash, const void* data, size_t bytes);
 
 /* Whether rank r's record of this round has arrived; if so b->posts[r] holds it. */
