@@ -50,8 +50,9 @@
  * time at 8 bytes, np 2; BENCHMARKS.md). A poll that finds nothing takes about
  * 50 ns, so this is some tens of microseconds. */
 #define MT_BUSY_POLLS 1000u
-/* How often asking whether the transport broke also polls for a peer's control
- * message (mt_broken; by the coarse clock, whose tick is a few ms). */
+/* How often a wait, or asking whether the transport broke, polls for a peer's
+ * control message (control_poll_now_and_then; by the coarse clock, whose tick
+ * is a few ms). */
 #define MT_CONTROL_POLL_NS 1000000
 /* How long cancel_all and destroy give withdrawn requests to settle (never more
  * than the timeout): Open MPI cannot cancel a send, and a receive that has
@@ -137,6 +138,18 @@ static void control_poll(struct mpi_tp* t) {
   pthread_mutex_unlock(&t->ctl_mu);
 }
 
+/* control_poll at most once every MT_CONTROL_POLL_NS (by the coarse clock), in
+ * whatever thread gets there first: its MPI_Test drives MPI's progress, which
+ * yields the core when the node is oversubscribed. Waits ask at every turn, and at
+ * np 4 on 2 cores a small allreduce on the board took 0.9-1.1x MPI_Allreduce's
+ * time polling each turn, 0.54-0.66x polling once a tick. A peer's failure is
+ * then seen within a tick of the coarse clock (a few ms). */
+static void control_poll_now_and_then(struct mpi_tp* t) {
+  int64_t now = clock_coarse_ns(), last = atomic_load(&t->control_polled_ns);
+  if (now - last >= MT_CONTROL_POLL_NS && atomic_compare_exchange_strong(&t->control_polled_ns, &last, now))
+    control_poll(t);
+}
+
 /* The error of an operation that finds the transport broken. */
 static gcclResult_t fail_broken(struct mpi_tp* t) {
   return tp_broken_error(&t->brk, t->base.rank);
@@ -185,7 +198,7 @@ static gcclResult_t poll_step(struct mpi_tp* t, struct mt_waiting* w) {
   if (++w->polls < w->busy_polls) return gcclSuccess;
   int64_t now = clock_now_ns();
   if (w->polls == w->busy_polls) w->start_ns = now;
-  control_poll(t);
+  control_poll_now_and_then(t);
   return deadline_pause(w->start_ns, now, t->timeout_ns, t->spin_ns, MT_NAP_NS);
 }
 
@@ -338,14 +351,9 @@ static void mt_abort(struct transport* tp, gcclResult_t reason) {
  * watchdog asking gcclCommGetAsyncError): only the flag is read then. */
 static gcclResult_t mt_broken(struct transport* tp) {
   struct mpi_tp* t = mt(tp);
-  if (t->thread_level >= MPI_THREAD_MULTIPLE) {
-    /* Every call asks this twice: its MPI_Test would drive MPI's progress, which
-     * yields the core when the node is oversubscribed (small allreduces took 2x
-     * as long). A watchdog polling for async errors is served within MT_CONTROL_POLL_NS. */
-    int64_t now = clock_coarse_ns(), last = atomic_load(&t->control_polled_ns);
-    if (now - last >= MT_CONTROL_POLL_NS && atomic_compare_exchange_strong(&t->control_polled_ns, &last, now))
-      control_poll(t);
-  }
+  /* Every call asks this twice (small allreduces took 2x as long when each time
+   * polled); a watchdog polling for async errors is served within a tick. */
+  if (t->thread_level >= MPI_THREAD_MULTIPLE) control_poll_now_and_then(t);
   return tp_break_reason(&t->brk);
 }
 
@@ -393,8 +401,8 @@ static void mt_destroy(struct transport* tp) {
   mt_free(t, coll_pending);
 }
 
-/* Waits on the board as on a message: polling MPI too, so that a peer's failure
- * or abort ends it and the timeout holds. */
+/* Waits on the board as on a message: polling for a peer's control message now
+ * and then, so that a peer's failure or abort ends it, and the timeout holds. */
 static gcclResult_t mt_board_post(struct transport* tp, uint64_t hash, const void* data, size_t bytes,
                                   const struct tp_post** all) {
   struct mpi_tp* t = mt(tp);
