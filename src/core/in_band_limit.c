@@ -112,15 +112,15 @@ static gcclResult_t time_size(gcclComm_t c, float* buf, size_t bytes, double slo
   GCCL_CHECK(time_calls(&c->ctx, &a, ROAD_IN_BAND, &mine[ROAD_IN_BAND]));
   GCCL_CHECK(time_calls(&c->ctx, &a, ROAD_SPLIT, &mine[ROAD_SPLIT]));
   GCCL_CHECK(tp_allgather_small(c->tp, mine, sizeof mine, all));
-  double timed[2] = {0, 0}, floor[2];
+  double timed[2] = {0, 0}, floors[2];
   for (int k = 0; k < 2; k++) {
     for (int r = 0; r < c->nranks; r++)
       if (all[r][k] > timed[k]) timed[k] = all[r][k];
-    floor[k] = floor_of(c, (enum road)k, bytes);
-    slowest[k] = timed[k] > floor[k] ? timed[k] : floor[k];
+    floors[k] = floor_of(c, (enum road)k, bytes);
+    slowest[k] = timed[k] > floors[k] ? timed[k] : floors[k];
   }
   GCCL_TRACE(LOG_INIT, "in-band limit at %zu bytes: in band %.0f us (floor %.0f), split %.0f us (floor %.0f)", bytes,
-             timed[ROAD_IN_BAND] * 1e6, floor[ROAD_IN_BAND] * 1e6, timed[ROAD_SPLIT] * 1e6, floor[ROAD_SPLIT] * 1e6);
+             timed[ROAD_IN_BAND] * 1e6, floors[ROAD_IN_BAND] * 1e6, timed[ROAD_SPLIT] * 1e6, floors[ROAD_SPLIT] * 1e6);
   return gcclSuccess;
 }
 

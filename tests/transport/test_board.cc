@@ -31,11 +31,16 @@ size_t SizeOf(int rank, uint64_t round) {
   return kSizes[(round + static_cast<uint64_t>(rank)) % kNumSizes];
 }
 
+// The first address in v at a multiple of `align` (v holds `align` bytes to spare).
+unsigned char* AlignedIn(std::vector<unsigned char>* v, size_t align) {
+  return v->data() + (align - reinterpret_cast<uintptr_t>(v->data()) % align) % align;
+}
+
 // A board's memory: zero-filled, as a new shared object, and on a line as a
 // mapping is (board_init requires it).
 unsigned char* BoardMemory(std::vector<unsigned char>* mem, int nranks) {
   mem->assign(board_bytes(nranks) + 64, 0);
-  return mem->data() + (64 - reinterpret_cast<uintptr_t>(mem->data()) % 64) % 64;
+  return AlignedIn(mem, 64);
 }
 
 // Where rank r posts round n's record from: this many bytes past a 32-byte
@@ -78,7 +83,7 @@ std::string RunRounds(int nranks, int rounds) {
     threads.emplace_back([&, me] {
       struct board* b = &boards[me];
       std::vector<unsigned char> buf(TP_BOARD_MAX_BYTES + 64);
-      unsigned char* aligned = buf.data() + (32 - reinterpret_cast<uintptr_t>(buf.data()) % 32) % 32;
+      unsigned char* aligned = AlignedIn(&buf, 32);
       for (uint64_t n = 1; n <= static_cast<uint64_t>(rounds) && errors[me].empty(); n++) {
         size_t bytes = SizeOf(me, n);
         unsigned char* data = aligned + OffsetOf(me, n);
