@@ -28,9 +28,9 @@
  * every step moves all the data (recursive doubling), above it halves (halving,
  * then doubling; see halving()).
  *
- * Non-powers of two: with q the largest power of two below p, rank q + i first
- * hands its message to rank 2q - p + i and at the end receives that rank's
- * result (run()).
+ * Non-powers of two: with q the largest power of two below p and r = p - q, the
+ * even ranks below 2r first hand their message to the next rank and at the end
+ * receive its result (run()), as in Open MPI's recursive doubling.
  *
  * With the agreement alone, a split allreduce's first round goes out beside the
  * exchange (in_band.h's struct in_band_early): each plain message after the
@@ -156,20 +156,35 @@ static int halving(const struct coll_ctx* ctx, size_t bytes, int q) {
   return q >= 4 && bytes > IB_DOUBLING_MAX_BYTES;
 }
 
-/* Ranks 0..q-1, q a power of two. Recursive doubling: every step reduces all the
- * data, with partners v^1, v^2, ..., v^(q/2). Halving-doubling meets them in the
- * same order, so that a rank that halves and a peer whose call differs and
- * doubles never wait on each other in a cycle: each step keeps the half of the
- * range a rank holds that bit d of v picks and reduces the partner's copy of it
- * (after them rank v holds one block, summed over all), then steps d = q/2 .. 1
- * copy the finished blocks back, each the other half of the range split at that
- * bit. The blocks travel with every message, so the verdict is whole after the
- * first half, and a mismatch skips the second. */
+/* The fold's layout, Open MPI's (run()): of the p - q extra ranks, each even
+ * rank below 2 (p - q) folds into the next; the others are the exchange's q
+ * ranks, the core. A rank's index in the core, -1 for a rank that folds: */
+static int core_index(int p, int rank) {
+  int extra = p - coll_pow2_floor(p);
+  if (rank >= 2 * extra) return rank - extra;
+  return rank % 2 ? rank / 2 : -1;
+}
+
+/* ... and the rank at core index v. */
+static int core_rank(int p, int v) {
+  int extra = p - coll_pow2_floor(p);
+  return v < extra ? 2 * v + 1 : v + extra;
+}
+
+/* The core's q ranks (q a power of two), by index v = 0..q-1. Recursive doubling:
+ * every step reduces all the data, with partners v^1, v^2, ..., v^(q/2). Halving-
+ * doubling meets them in the same order, so that a rank that halves and a peer
+ * whose call differs and doubles never wait on each other in a cycle: each step
+ * keeps the half of the range a rank holds that bit d of v picks and reduces the
+ * partner's copy of it (after them rank v holds one block, summed over all), then
+ * steps d = q/2 .. 1 copy the finished blocks back, each the other half of the
+ * range split at that bit. The blocks travel with every message, so the verdict is
+ * whole after the first half, and a mismatch skips the second. */
 static gcclResult_t run_core(struct ib_exchange* x, int q) {
-  int v = x->ctx->rank;
+  int p = x->ctx->nranks, v = core_index(p, x->ctx->rank);
   struct ib_slice all = {0, x->count};
   if (!halving(x->ctx, x->count * x->size, q)) {
-    for (int d = 1; d < q; d *= 2) GCCL_CHECK(step(x, v ^ d, &all, &all, IB_REDUCE));
+    for (int d = 1; d < q; d *= 2) GCCL_CHECK(step(x, core_rank(p, v ^ d), &all, &all, IB_REDUCE));
     return gcclSuccess;
   }
   int lo = 0, hi = q;
@@ -177,7 +192,7 @@ static gcclResult_t run_core(struct ib_exchange* x, int q) {
     int mid = lo + (hi - lo) / 2, upper = (v & d) != 0;
     struct ib_slice keep = upper ? blocks(x, q, mid, hi) : blocks(x, q, lo, mid);
     struct ib_slice give = upper ? blocks(x, q, lo, mid) : blocks(x, q, mid, hi);
-    GCCL_CHECK(step(x, v ^ d, &give, &keep, IB_REDUCE));
+    GCCL_CHECK(step(x, core_rank(p, v ^ d), &give, &keep, IB_REDUCE));
     if (upper)
       lo = mid;
     else
@@ -188,7 +203,7 @@ static gcclResult_t run_core(struct ib_exchange* x, int q) {
     int width = hi - lo, upper = (v & d) != 0;
     int peer_lo = upper ? lo - width : hi; /* the other half of the range split at bit d */
     struct ib_slice mine = blocks(x, q, lo, hi), theirs = blocks(x, q, peer_lo, peer_lo + width);
-    GCCL_CHECK(step(x, v ^ d, &mine, &theirs, IB_COPY));
+    GCCL_CHECK(step(x, core_rank(p, v ^ d), &mine, &theirs, IB_COPY));
     if (upper)
       lo = peer_lo;
     else
@@ -212,21 +227,26 @@ static gcclResult_t take_result(struct ib_exchange* x, int peer) {
   return gcclSuccess;
 }
 
-/* Ranks q + i (q the largest power of two up to p) hand their data to rank
- * 2q - p + i first and take the result from it last: the extra ranks fold into
- * the highest of the others, as in Open MPI's recursive doubling, so that rank 0,
- * where a launcher and a program's own extra work tend to sit, does not also do
- * the fold's double share. On the 1 Gbit/s test bed at 3 ranks, calls of 4 B to
- * 1 KiB took 0.70-1.64x MPI_Allreduce's time with rank 0 as the host, 0.88-1.17x
- * with rank 1, alternated over six runs of each (BENCHMARKS.md). */
+/* Each even rank r below 2 (p - q) (q the largest power of two up to p) hands
+ * its data to rank r + 1 first and takes the result from it last; the other
+ * ranks run the exchange among q. This is Open MPI's recursive doubling's
+ * layout, so that where a program mixes gccl's calls with MPI's own (the
+ * interposer routes by size), the same ranks carry the fold in both, and rank 0,
+ * where a launcher tends to sit, only waits. On the 1 Gbit/s test bed at 5
+ * ranks (5 processes on 2 cores), 4 B to 4 KiB, alternated with the layout it
+ * replaced (rank q + i into rank 2q - p + i), 18 runs of each: 1.01-1.10x Open
+ * MPI's allreduce, median 1.04, against 0.86-1.27x, median 1.06. At 3 ranks
+ * (20 runs) 1.01-1.07x against 0.86-1.07x; at 6, alike (docs/notes/
+ * 2026-12-07-c-the-fold-as-open-mpi-lays-it.md). Rank 0 as the host took
+ * 0.70-1.64x at 3 ranks (BENCHMARKS.md). */
 static gcclResult_t run(struct ib_exchange* x) {
-  int p = x->ctx->nranks, r = x->ctx->rank, q = coll_pow2_floor(p), first_host = 2 * q - p;
+  int p = x->ctx->nranks, r = x->ctx->rank, q = coll_pow2_floor(p);
   struct ib_slice all = {0, x->count};
-  if (r >= q) {
-    GCCL_CHECK(step(x, r - q + first_host, &all, NULL, IB_REDUCE));
-    return take_result(x, r - q + first_host);
+  if (core_index(p, r) < 0) {
+    GCCL_CHECK(step(x, r + 1, &all, NULL, IB_REDUCE));
+    return take_result(x, r + 1);
   }
-  int extra = r >= first_host ? r + p - q : -1; /* the rank folding into this one, if any */
+  int extra = r < 2 * (p - q) ? r - 1 : -1; /* the rank folding into this one, if any */
   if (extra >= 0) GCCL_CHECK(step(x, extra, NULL, &all, IB_REDUCE));
   GCCL_CHECK(run_core(x, q));
   if (extra >= 0) GCCL_CHECK(step(x, extra, &all, NULL, IB_REDUCE));
@@ -242,9 +262,9 @@ double in_band_busiest_bytes(const struct coll_ctx* ctx, size_t bytes) {
 
 /* Whether ranks r and c exchange tagged messages in an agreement alone (run()). */
 static int partners(int p, int r, int c) {
-  int q = coll_pow2_floor(p), first_host = 2 * q - p;
-  if (r >= q || c >= q) return r >= q ? c == r - q + first_host : r == c - q + first_host;
-  unsigned d = (unsigned)(r ^ c);
+  int vr = core_index(p, r), vc = core_index(p, c);
+  if (vr < 0 || vc < 0) return vr < 0 ? c == r + 1 : r == c + 1;
+  unsigned d = (unsigned)(vr ^ vc);
   return d && !(d & (d - 1));
 }
 
