@@ -52,11 +52,11 @@ struct cost_model {
 /* The network between nodes as an MPI communicator measured it at creation
  * (core/link_probe.h): rank 0's figures, or the environment's, on every rank. */
 struct link_figures {
-  double alpha;     /* seconds per message: half a small round trip */
-  double beta;      /* seconds per byte of a long message */
-  double duplex;    /* a pair's long exchange both ways over one way, >= 1 */
-  int32_t measured; /* timed, not named by GCCL_LINK_GBPS nor the default */
-  int32_t pad;
+  double alpha;        /* seconds per message: half a small round trip */
+  double beta;         /* seconds per byte of a long message */
+  double duplex;       /* a pair's long exchange both ways over one way, >= 1 */
+  int32_t measured;    /* timed, not named by GCCL_LINK_GBPS nor the default */
+  int32_t piece_bytes; /* messages between nodes go in pieces of this size (link_probe.c); 0: whole */
 };
 
 /* A codec's measured rates, for fp32 tensors (collective frames carry fp32). */

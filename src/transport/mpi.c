@@ -426,6 +426,12 @@ static void mt_progress(struct transport* tp) {
   control_poll(t); /* its MPI_Test drives MPI's progress engine */
 }
 
+static void mt_split_far(struct transport* tp, int node_size, size_t piece_bytes) {
+  struct mpi_tp* t = mt(tp);
+  t->node_size = node_size > 0 ? node_size : tp->nranks;
+  t->far_chunk_bytes = piece_bytes < t->chunk_bytes ? piece_bytes : 0;
+}
+
 static const struct transport_ops mpi_ops = {
     .name = "mpi",
     .isend = mt_isend,
@@ -441,6 +447,7 @@ static const struct transport_ops mpi_ops = {
     .progress = mt_progress,
     .isend_tagged = mt_isend_tagged,
     .irecv_tagged = mt_irecv_tagged,
+    .split_far = mt_split_far,
 };
 
 gcclResult_t mpi_transport_add_board(struct transport* tp, int wanted) {
@@ -459,6 +466,10 @@ gcclResult_t mpi_transport_add_board(struct transport* tp, int wanted) {
 
 size_t mpi_transport_chunk_bytes(const struct transport* tp) {
   return ((const struct mpi_tp*)tp)->chunk_bytes;
+}
+
+size_t mpi_transport_chunk_to(const struct transport* tp, int peer) {
+  return mpi_chunk_to((const struct mpi_tp*)tp, peer);
 }
 
 /* GCCL_MPI_CHUNK_BYTES, else 1 GiB; at most INT_MAX (MPI counts are ints). */
@@ -507,6 +518,7 @@ gcclResult_t mpi_transport_create(struct transport** out, MPI_Comm comm, uint64_
   t->thread_level = thread_level;
   t->timeout_ns = timeout_ms * 1000000;
   t->chunk_bytes = chunk_bytes_from_env();
+  t->node_size = nranks;
   int64_t spin_us = env_int("GCCL_MPI_SPIN_US", one_node ? MT_SPIN_US_ONE_NODE : MT_SPIN_US_DEFAULT);
   t->spin_ns = (spin_us < INT64_MAX / 1000 ? spin_us : INT64_MAX / 1000) * 1000;
   t->comm_id = comm_id;

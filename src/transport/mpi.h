@@ -12,7 +12,10 @@
  *
  * Messages longer than the chunk size (1 GiB, at most INT_MAX: MPI counts are
  * ints; GCCL_MPI_CHUNK_BYTES overrides it, and must be the same on every rank)
- * travel as a sequence of full chunks ended by a shorter one, possibly empty. */
+ * travel as a sequence of full chunks ended by a shorter one, possibly empty.
+ * split_far (transport.h) makes the chunks to and from other nodes pieces of the
+ * size it names: Open MPI's TCP sends a piece under its eager limit without a
+ * handshake, so no handshake waits behind the other direction's data. */
 #ifndef GCCL_TRANSPORT_MPI_H
 #define GCCL_TRANSPORT_MPI_H
 
@@ -45,6 +48,9 @@ gcclResult_t mpi_transport_add_board(struct transport* tp, int wanted);
 
 /* The chunk size the transport splits messages at (the same on every rank). */
 size_t mpi_transport_chunk_bytes(const struct transport* tp);
+/* The size messages to and from `peer` are split at now: split_far's pieces
+ * for a rank of another node, else the chunk size. */
+size_t mpi_transport_chunk_to(const struct transport* tp, int peer);
 
 /* Records the failure of MPI call `call` (returned `rc`, not MPI_SUCCESS) with
  * MPI's text for it and returns gcclSystemError, or gcclInternalError when rc is

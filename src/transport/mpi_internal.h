@@ -57,6 +57,8 @@ struct mpi_tp {
   int64_t timeout_ns;
   int64_t spin_ns; /* how long a wait polls before it naps between polls */
   size_t chunk_bytes;
+  size_t far_chunk_bytes; /* split_far's pieces for ranks of other nodes; 0: chunk_bytes */
+  int node_size;          /* split_far's nodes: blocks of node_size ranks */
   uint64_t comm_id;
 
   struct mt_req* pool; /* request handles index it; grows, never shrinks */
@@ -120,6 +122,13 @@ gcclResult_t mpi_board_create(struct mpi_tp* t, int wanted);
 void mpi_board_destroy(struct mpi_tp* t);
 
 /* ---- mpi_lanes.c: messages ------------------------------------------------------ */
+
+/* The size messages to and from peer are split at: split_far's pieces for a
+ * rank of another node, else the chunk size. */
+static inline size_t mpi_chunk_to(const struct mpi_tp* t, int peer) {
+  if (t->far_chunk_bytes && peer / t->node_size != t->base.rank / t->node_size) return t->far_chunk_bytes;
+  return t->chunk_bytes;
+}
 
 /* Posts a send (is_send) or a receive of `bytes` (with got: up to `bytes`) to or
  * from peer, or queues it behind its lane's chunked message; *out = its handle.

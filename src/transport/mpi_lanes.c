@@ -2,12 +2,13 @@
  *
  * Every request is one message to or from one peer on a single data tag, so
  * MPI's non-overtaking rule is the transport's pair ordering. A message longer
- * than the chunk size goes as several MPI messages, one chunk in flight at a
- * time; requests posted after it on the same lane (peer and direction) wait in a
- * FIFO, not yet given to MPI, until its last chunk is posted: posted at once,
- * their messages would slip between its chunks. A receive of unknown size learns
- * where the message ends from a chunk shorter than the chunk size, so a message
- * whose size is a multiple of it ends with an empty one.
+ * than its peer's chunk size (mpi_chunk_to: split_far's pieces for a rank of
+ * another node) goes as several MPI messages, one chunk in flight at a time;
+ * requests posted after it on the same lane (peer and direction) wait in a FIFO,
+ * not yet given to MPI, until its last chunk is posted: posted at once, their
+ * messages would slip between its chunks. A receive of unknown size learns where
+ * the message ends from a chunk shorter than the chunk size, so a message whose
+ * size is a multiple of it ends with an empty one.
  *
  * A request that fails breaks the transport (mpi_tp_fail): its lane is out of
  * step, and the peers may be waiting for this rank.
@@ -60,12 +61,12 @@ static struct mt_lane* lane_of(struct mpi_tp* t, const struct mt_req* r) {
   return &t->lanes[2 * r->peer + (r->is_send ? 0 : 1)];
 }
 
-/* Gives MPI the request's next chunk: at most chunk_bytes of what is left. */
+/* Gives MPI the request's next chunk: at most a chunk (mpi_chunk_to) of what is left. */
 static int post_chunk(struct mpi_tp* t, struct mt_req* r) {
-  size_t left = r->bytes - r->done;
-  size_t n = left < t->chunk_bytes ? left : t->chunk_bytes;
+  size_t left = r->bytes - r->done, chunk = mpi_chunk_to(t, r->peer);
+  size_t n = left < chunk ? left : chunk;
   r->posted = n;
-  r->last = n < t->chunk_bytes; /* a full chunk is always followed by another, maybe empty */
+  r->last = n < chunk; /* a full chunk is always followed by another, maybe empty */
   r->state = MT_ACTIVE;
   char* at = r->buf ? r->buf + r->done : NULL; /* a message of 0 bytes may have no buffer */
   if (r->is_send) return MPI_Isend(at, (int)n, MPI_BYTE, r->peer, TAG_DATA, t->comm, &r->mreq);
@@ -164,7 +165,7 @@ void mpi_lanes_advance(struct mpi_tp* t, int h) {
     return;
   }
   r->done += got;
-  int ends = r->tagged || (r->got ? got < t->chunk_bytes : r->last);
+  int ends = r->tagged || (r->got ? got < mpi_chunk_to(t, r->peer) : r->last);
   if (ends) {
     if (r->got) *r->got = r->done;
     req_complete(t, h, gcclSuccess);

@@ -85,6 +85,13 @@ struct transport_ops {
    * step 0 of every call posts exactly once (collectives/agree.c). */
   gcclResult_t (*board_post)(struct transport* tp, uint64_t hash, const void* data, size_t bytes,
                              const struct tp_post** all);
+  /* Optional (NULL where a message moves the same whatever its size): from now on,
+   * messages to and from ranks of other nodes (blocks of node_size consecutive
+   * ranks) travel as pieces of piece_bytes each; 0 sends them whole again. Every
+   * rank must set the same, while no message is in flight. Why: over Open MPI's
+   * TCP, a pair's long messages both ways at once take turns on their one
+   * connection (core/link_probe.c measures it, and decides). */
+  void (*split_far)(struct transport* tp, int node_size, size_t piece_bytes);
 };
 
 /* Bits of a tagged message's tag. (The MPI transport offers tagged messages where
@@ -166,6 +173,13 @@ static inline int tp_has_board(const struct transport* tp) {
 static inline gcclResult_t tp_board_post(struct transport* tp, uint64_t hash, const void* data, size_t bytes,
                                          const struct tp_post** all) {
   return tp->ops->board_post(tp, hash, data, bytes, all);
+}
+
+static inline int tp_can_split_far(const struct transport* tp) {
+  return tp->ops->split_far != NULL;
+}
+static inline void tp_split_far(struct transport* tp, int node_size, size_t piece_bytes) {
+  tp->ops->split_far(tp, node_size, piece_bytes);
 }
 
 /* Blocking forms over the non-blocking primitives. */

@@ -5,6 +5,9 @@
  *   measured   GCCL_RANKS_PER_NODE=1: rank 0's figures on every rank, bit for bit,
  *              plausible (latency and rate positive, duplex at least 1), and
  *              allreduces on both sides of each crossover exact on every rank
+ *   pieces     GCCL_MPI_PIECES=1: messages between nodes in pieces on every rank
+ *              (the transport splits them), sums exact around the piece size;
+ *              GCCL_MPI_PIECES=0: whole
  *   named      GCCL_LINK_GBPS=1, GCCL_LINK_US=20: nothing timed; the crossovers
  *              are the formulas' for that link
  *   in band    p not a power of two across nodes: the in-band limit timed at
@@ -29,6 +32,7 @@
 #include "collectives/tuner.h"
 #include "core/comm.h"
 #include "mpi_check.h"
+#include "transport/mpi.h"
 
 static gcclComm_t make(const char* ranks_per_node, const char* gbps, const char* us) {
   const char* const env[][2] = {
@@ -75,6 +79,7 @@ static void measured(void) {
   MC_CHECK(l->alpha > 0 && l->alpha < 0.1, "latency %g s", l->alpha);
   MC_CHECK(l->beta > 0 && l->beta < 1e-6, "%g s per byte", l->beta);
   MC_CHECK(l->duplex >= 1.0, "duplex factor %g", l->duplex);
+  MC_CHECK(l->piece_bytes == 0 || l->piece_bytes == (32 << 10), "pieces of %d bytes", (int)l->piece_bytes);
   mc_same_everywhere(l, sizeof *l, __FILE__, __LINE__, "the link's figures");
   mc_same_everywhere(&comm->ctx.net, sizeof comm->ctx.net, __FILE__, __LINE__, "the crossovers");
   size_t rhd = comm->ctx.net.rhd_max_bytes / 4, halving = comm->ctx.net.halving_min_bytes / 4;
@@ -85,6 +90,34 @@ static void measured(void) {
   MC_CHECK(halving >= 256 && halving <= (64u << 10) / 4, "in-band halving above %zu floats", halving);
   const size_t counts[] = {0, 1, 7, 13, halving - 1, halving, halving + 1, rhd, rhd + 1, rhd + 17};
   for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) check_sum(comm, counts[i]);
+  MC_OK(gcclCommDestroy(comm), NULL);
+}
+
+/* GCCL_MPI_PIECES=1 (rank 0's setting decides): messages between nodes in
+ * pieces on every rank, sums exact around the piece size; =0: whole. */
+static void pieces(void) {
+  const char* const forced[][2] = {{"GCCL_RANKS_PER_NODE", "1"}, {"GCCL_MPI_PIECES", "1"}, {NULL, NULL}};
+  const char* const never[][2] = {{"GCCL_RANKS_PER_NODE", "1"}, {"GCCL_MPI_PIECES", "0"}, {NULL, NULL}};
+  gcclComm_t comm = mc_comm_with(MPI_COMM_WORLD, forced);
+  if (!comm) return;
+  size_t piece = (size_t)comm->link.piece_bytes;
+  MC_CHECK(piece == (32u << 10), "GCCL_MPI_PIECES=1: pieces of %zu bytes", piece);
+  mc_same_everywhere(&comm->link, sizeof comm->link, __FILE__, __LINE__, "the link's figures");
+  for (int peer = 0; peer < mc_nranks; peer++) {
+    size_t want = peer == mc_rank ? MPI_TP_CHUNK_BYTES_DEFAULT : piece;
+    MC_CHECK(mpi_transport_chunk_to(comm->tp, peer) == want, "messages to rank %d split at %zu, not %zu", peer,
+             mpi_transport_chunk_to(comm->tp, peer), want);
+  }
+  const size_t floats = piece / 4, counts[] = {1, 13, floats - 1, floats, floats + 1, 3 * floats + 5, 100003};
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) check_sum(comm, counts[i]);
+  MC_OK(gcclCommDestroy(comm), NULL);
+  comm = mc_comm_with(MPI_COMM_WORLD, never);
+  if (!comm) return;
+  MC_CHECK(comm->link.piece_bytes == 0, "GCCL_MPI_PIECES=0: pieces of %d bytes", (int)comm->link.piece_bytes);
+  for (int peer = 0; peer < mc_nranks; peer++)
+    MC_CHECK(mpi_transport_chunk_to(comm->tp, peer) == MPI_TP_CHUNK_BYTES_DEFAULT, "messages to rank %d split at %zu",
+             peer, mpi_transport_chunk_to(comm->tp, peer));
+  check_sum(comm, 3 * floats + 5);
   MC_OK(gcclCommDestroy(comm), NULL);
 }
 
@@ -213,6 +246,7 @@ int main(int argc, char** argv) {
   one_node();
   if (mc_nranks > 1) {
     measured();
+    pieces();
     named();
     in_band_limit();
   }

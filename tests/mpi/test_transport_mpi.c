@@ -2,7 +2,8 @@
  * below the collectives.
  *
  * Messages around the chunk size (GCCL_MPI_CHUNK_BYTES=64 here), exact and of
- * unknown size, many in flight on one pair and waited for out of order; tagged
+ * unknown size, many in flight on one pair and waited for out of order, and so
+ * in pieces of that size to "other nodes" only (split_far); tagged
  * messages, with a stray message of another communicator dropped before them;
  * the in-band exchange's verdict on calls whose hashes collide, and the board's
  * (rounds of records of every size; none when one rank sets GCCL_MPI_BOARD=0 or
@@ -77,6 +78,29 @@ static void check_sizes(struct transport* tp, int upto) {
     free(out[k]);
     free(in[k]);
   }
+}
+
+/* split_far: messages to ranks of other nodes in pieces of CHUNK, every peer
+ * far (nodes of one rank), then some (nodes of two), then whole again. Sizes
+ * around the piece size, exact and of unknown size (check_sizes). */
+static void check_split_far(struct transport* tp) {
+  const int node_sizes[] = {1, 2};
+  for (int i = 0; i < 2; i++) {
+    int node = node_sizes[i];
+    tp_split_far(tp, node, CHUNK);
+    for (int peer = 0; peer < tp->nranks; peer++) {
+      size_t want = peer / node == tp->rank / node ? MPI_TP_CHUNK_BYTES_DEFAULT : CHUNK;
+      MC_CHECK(mpi_transport_chunk_to(tp, peer) == want, "nodes of %d: messages to rank %d split at %zu, not %zu", node,
+               peer, mpi_transport_chunk_to(tp, peer), want);
+    }
+    check_sizes(tp, 0);
+    check_sizes(tp, 1);
+  }
+  tp_split_far(tp, 1, 0);
+  for (int peer = 0; peer < tp->nranks; peer++)
+    MC_CHECK(mpi_transport_chunk_to(tp, peer) == MPI_TP_CHUNK_BYTES_DEFAULT, "rank %d still split at %zu", peer,
+             mpi_transport_chunk_to(tp, peer));
+  check_sizes(tp, 1);
 }
 
 /* Tagged messages to the right neighbour, after untagged ones on the same pair:
@@ -322,6 +346,8 @@ int main(int argc, char** argv) {
   check_collective_primitives(tp[0]);
   check_tagged(big);
   check_collision(big, in_band_sum);
+  MC_CHECK(tp_can_split_far(big), "the MPI transport cannot split messages between nodes");
+  check_split_far(big);
   MC_CHECK(!tp_has_board(big), "a transport has a board without mpi_transport_add_board");
   check_board(boarded);
   if (tp_has_board(boarded)) check_collision(boarded, board_exchange); /* check_board failed otherwise */
