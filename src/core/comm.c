@@ -252,7 +252,10 @@ gcclResult_t gcclCommGetAsyncError(gcclComm_t comm, gcclResult_t* asyncError) {
   GCCL_CHECK(argcheck_comm(comm, "gcclCommGetAsyncError"));
   GCCL_CHECK(comm_fail(comm, argcheck_not_null(asyncError, "gcclCommGetAsyncError", "asyncError")));
   gcclResult_t e = (gcclResult_t)atomic_load(&comm->async_error);
-  if (e == gcclSuccess) e = tp_broken(comm->tp);
+  if (e == gcclSuccess) {
+    tp_hear_peers(comm->tp);
+    e = tp_broken(comm->tp);
+  }
   *asyncError = e;
   return gcclSuccess;
 }

@@ -413,6 +413,10 @@ static void fault_progress(struct transport* tp) {
   tp_progress(ft(tp)->inner);
 }
 
+static void fault_hear_peers(struct transport* tp) {
+  tp_hear_peers(ft(tp)->inner);
+}
+
 static void fault_destroy(struct transport* tp) {
   struct fault_tp* t = ft(tp);
   t->inner->ops->destroy(t->inner); /* withdraws what is pending first */
@@ -439,6 +443,7 @@ static const struct transport_ops fault_ops = {
     .broken = fault_broken,
     .destroy = fault_destroy,
     .progress = fault_progress,
+    .hear_peers = fault_hear_peers,
 };
 
 gcclResult_t fault_transport_create(struct transport** out, struct transport* inner, const struct fault_config* cfg) {

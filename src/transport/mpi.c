@@ -349,12 +349,22 @@ static void mt_abort(struct transport* tp, gcclResult_t reason) {
 
 /* Below MPI_THREAD_MULTIPLE this may run in a thread that must not call MPI (a
  * watchdog asking gcclCommGetAsyncError): only the flag is read then. */
+/* Reads the flag only. Every call asks twice, and a poll of the control receive
+ * runs Open MPI's progress engine, which gives the core away where ranks
+ * outnumber cores. Polled at each call, small allreduces took 2x as long; polled
+ * once a tick of the coarse clock, the call that met the tick paid for it: on the
+ * 1 Gbit/s test bed at 5 ranks on 2 cores, a 4-byte call's way in to its first
+ * message took 0.4-3.4 us per rank on average, 0.3 us without the poll
+ * (BENCHMARKS.md, issue 30). A call learns of a peer's failure in its waits. */
 static gcclResult_t mt_broken(struct transport* tp) {
+  return tp_break_reason(&mt(tp)->brk);
+}
+
+/* For gcclCommGetAsyncError, maybe from a watchdog thread: served within a tick
+ * (below MPI_THREAD_MULTIPLE that thread may not call MPI). */
+static void mt_hear_peers(struct transport* tp) {
   struct mpi_tp* t = mt(tp);
-  /* Every call asks this twice (small allreduces took 2x as long when each time
-   * polled); a watchdog polling for async errors is served within a tick. */
   if (t->thread_level >= MPI_THREAD_MULTIPLE) control_poll_now_and_then(t);
-  return tp_break_reason(&t->brk);
 }
 
 static void mt_free(struct mpi_tp* t, int keep_small_buffers) {
@@ -445,6 +455,7 @@ static const struct transport_ops mpi_ops = {
     .broken = mt_broken,
     .destroy = mt_destroy,
     .progress = mt_progress,
+    .hear_peers = mt_hear_peers,
     .isend_tagged = mt_isend_tagged,
     .irecv_tagged = mt_irecv_tagged,
     .split_far = mt_split_far,

@@ -96,6 +96,10 @@ static void subset_progress(struct transport* tp) {
   tp_progress(gt(tp)->parent);
 }
 
+static void subset_hear_peers(struct transport* tp) {
+  tp_hear_peers(gt(tp)->parent);
+}
+
 static void subset_destroy(struct transport* tp) {
   struct subset_tp* g = gt(tp);
   free(g->members);
@@ -117,6 +121,7 @@ static const struct transport_ops subset_ops = {
     .broken = subset_broken,
     .destroy = subset_destroy,
     .progress = subset_progress,
+    .hear_peers = subset_hear_peers,
 };
 
 gcclResult_t subset_transport_create(struct transport** out, struct transport* parent, const int* members, int n) {

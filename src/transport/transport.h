@@ -58,7 +58,8 @@ struct transport_ops {
   /* Marks every rank of the transport broken with `reason` and wakes all waiters
    * (they return gcclRemoteError). Safe from any thread. */
   void (*abort)(struct transport* tp, gcclResult_t reason);
-  /* The reason the transport is broken, or gcclSuccess. */
+  /* The reason the transport is broken, or gcclSuccess, as this rank knows it
+   * now: it sends and receives nothing (every call asks twice). */
   gcclResult_t (*broken)(struct transport* tp);
   void (*destroy)(struct transport* tp);
   /* Optional (NULL: messages move without the caller, as between threads): lets
@@ -67,6 +68,11 @@ struct transport_ops {
    * schedule calls this between slices of long codec work: a peer's send then
    * starts when it arrives, not when this rank next waits. */
   void (*progress)(struct transport* tp);
+  /* Optional (NULL where news of a peer's failure needs no polling): takes in such
+   * news that came while this rank waited for nothing, so that `broken` tells it.
+   * gcclCommGetAsyncError calls it, for a watchdog between calls; calls do not:
+   * their waits take it in. */
+  void (*hear_peers)(struct transport* tp);
   /* Optional (transports that agree in band; NULL otherwise): messages that carry
    * a tag of TP_TAG_BITS bits beside their bytes, in the pair order of the
    * untagged ones. A tagged receive takes the peer's next tagged message whatever
@@ -193,6 +199,9 @@ gcclResult_t tp_waitall(struct transport* tp, const tp_req* reqs, int n);
 /* The transport's progress, where it has one (transport_ops.progress). */
 static inline void tp_progress(struct transport* tp) {
   if (tp->ops->progress) tp->ops->progress(tp);
+}
+static inline void tp_hear_peers(struct transport* tp) {
+  if (tp->ops->hear_peers) tp->ops->hear_peers(tp);
 }
 
 #endif
