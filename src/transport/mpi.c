@@ -347,8 +347,6 @@ static void mt_abort(struct transport* tp, gcclResult_t reason) {
   if (t->thread_level >= MPI_THREAD_MULTIPLE) notify_peers(t);
 }
 
-/* Below MPI_THREAD_MULTIPLE this may run in a thread that must not call MPI (a
- * watchdog asking gcclCommGetAsyncError): only the flag is read then. */
 /* Reads the flag only. Every call asks twice, and a poll of the control receive
  * runs Open MPI's progress engine, which gives the core away where ranks
  * outnumber cores. Polled at each call, small allreduces took 2x as long; polled
@@ -360,8 +358,8 @@ static gcclResult_t mt_broken(struct transport* tp) {
   return tp_break_reason(&mt(tp)->brk);
 }
 
-/* For gcclCommGetAsyncError, maybe from a watchdog thread: served within a tick
- * (below MPI_THREAD_MULTIPLE that thread may not call MPI). */
+/* For gcclCommGetAsyncError, maybe from a watchdog thread: served within a tick.
+ * Below MPI_THREAD_MULTIPLE that thread must not call MPI, and nothing is polled. */
 static void mt_hear_peers(struct transport* tp) {
   struct mpi_tp* t = mt(tp);
   if (t->thread_level >= MPI_THREAD_MULTIPLE) control_poll_now_and_then(t);
