@@ -92,11 +92,6 @@ static int agreed_so_far(const struct ib_exchange* x) {
   return !x->block.mismatch;
 }
 
-/* Posts slice s of this rank's data to peer, the block as its tag. */
-static gcclResult_t post_message(struct ib_exchange* x, int peer, struct ib_slice s, tp_req* req) {
-  return prim_post_send_tagged(x->ctx->tp, peer, x->out + s.first * x->size, s.n * x->size, tag_of(x->block), req);
-}
-
 enum ib_use { IB_REDUCE, IB_COPY };
 
 /* Merges a peer's message (`got` bytes in x->in, block `theirs`) into this
@@ -119,19 +114,29 @@ static gcclResult_t absorb(struct ib_exchange* x, int peer, struct ib_slice s, s
   return gcclSuccess;
 }
 
-/* One step with peer: sends slice `give` (with the block), receives the peer's
- * block and its slice `take`, and uses it. Either may be NULL for one direction. */
+/* One step with peer: sends slice `give` of this rank's data (with the block as
+ * its tag), receives the peer's block and its slice `take`, and uses it. Either
+ * may be NULL for one direction. */
 static gcclResult_t step(struct ib_exchange* x, int peer, const struct ib_slice* give, const struct ib_slice* take,
                          enum ib_use use) {
-  struct transport* tp = x->ctx->tp;
-  tp_req reqs[2] = {-1, -1};
-  size_t got = 0;
-  uint32_t tag = 0;
-  if (take) GCCL_CHECK(prim_post_recv_tagged(tp, peer, x->in, IN_BAND_MAX_BYTES, &got, &tag, &reqs[0]));
-  if (give) GCCL_CHECK(post_message(x, peer, *give, &reqs[1]));
-  if (give && x->early) GCCL_CHECK(x->early->send(x->early->arg, peer));
-  GCCL_CHECK(prim_wait_all(tp, reqs, 2));
-  return take ? absorb(x, peer, *take, block_of(tag), got, use) : gcclSuccess;
+  struct tp_tagged_step s = {.to = -1, .from = -1};
+  if (give) {
+    s.to = peer;
+    s.sbuf = x->out + give->first * x->size;
+    s.sbytes = give->n * x->size;
+    s.stag = tag_of(x->block);
+  }
+  if (take) {
+    s.from = peer;
+    s.rbuf = x->in;
+    s.cap = IN_BAND_MAX_BYTES;
+  }
+  if (x->early) {
+    s.after_send = x->early->send;
+    s.after_send_arg = x->early->arg;
+  }
+  GCCL_CHECK(prim_step_tagged(x->ctx->tp, &s));
+  return take ? absorb(x, peer, *take, block_of(s.rtag), s.got, use) : gcclSuccess;
 }
 
 /* Elements of blocks [lo, hi) of q (coll_chunk's split of the data). */
@@ -214,15 +219,13 @@ static gcclResult_t run_core(struct ib_exchange* x, int q) {
 
 /* The partner's final block and, if every call agreed, its data in place of this rank's. */
 static gcclResult_t take_result(struct ib_exchange* x, int peer) {
-  size_t got = 0, bytes = x->count * x->size;
-  uint32_t tag = 0;
-  tp_req req;
-  GCCL_CHECK(prim_post_recv_tagged(x->ctx->tp, peer, x->in, IN_BAND_MAX_BYTES, &got, &tag, &req));
-  GCCL_CHECK(prim_wait(x->ctx->tp, &req));
-  x->block = block_of(tag);
+  size_t bytes = x->count * x->size;
+  struct tp_tagged_step s = {.to = -1, .from = peer, .rbuf = x->in, .cap = IN_BAND_MAX_BYTES};
+  GCCL_CHECK(prim_step_tagged(x->ctx->tp, &s));
+  x->block = block_of(s.rtag);
   if (!agreed_so_far(x)) return gcclSuccess;
-  if (got != bytes)
-    return err_set(gcclInternalError, "in-band allreduce: a result of %zu bytes, %zu expected", got, bytes);
+  if (s.got != bytes)
+    return err_set(gcclInternalError, "in-band allreduce: a result of %zu bytes, %zu expected", s.got, bytes);
   memcpy(x->out, x->in, bytes);
   return gcclSuccess;
 }

@@ -32,15 +32,11 @@ gcclResult_t prim_post_send(struct transport* tp, int peer, const void* buf, siz
 gcclResult_t prim_post_recv(struct transport* tp, int peer, void* buf, size_t bytes, tp_req* req);
 /* A frame whose size the receiver does not know: up to cap bytes, *got when done. */
 gcclResult_t prim_post_recv_upto(struct transport* tp, int peer, void* buf, size_t cap, size_t* got, tp_req* req);
-/* A tagged message (transports that agree in band): posted even when empty, since
- * its tag is news; a receive takes the peer's next tagged message, up to cap. */
-static inline gcclResult_t prim_post_send_tagged(struct transport* tp, int peer, const void* buf, size_t bytes,
-                                                 uint32_t tag, tp_req* req) {
-  return tp_isend_tagged(tp, peer, buf, bytes, tag, req);
-}
-static inline gcclResult_t prim_post_recv_tagged(struct transport* tp, int peer, void* buf, size_t cap, size_t* got,
-                                                 uint32_t* tag, tp_req* req) {
-  return tp_irecv_tagged(tp, peer, buf, cap, got, tag, req);
+/* A step of tagged messages (transports that agree in band), sent and received
+ * together: a send is posted even when empty, since its tag is news; a receive
+ * takes the peer's next tagged message, up to cap (struct tp_tagged_step). */
+static inline gcclResult_t prim_step_tagged(struct transport* tp, struct tp_tagged_step* step) {
+  return tp_step_tagged(tp, step);
 }
 /* Blocking forms (empty messages skipped). */
 gcclResult_t prim_send(struct transport* tp, int peer, const void* buf, size_t bytes);

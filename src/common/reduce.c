@@ -9,6 +9,8 @@
  * Every loop is restrict-qualified (the accumulator never overlaps a source it
  * reads) and vectorises without alias checks.
  *
+ * Two sources of a few elements skip the blocks (REDUCE_SHORT below).
+ *
  * fp16 and bf16 blocks are widened to fp32, reduced with the fp32 kernels, and
  * narrowed once at the end (one rounding, as reduce.h promises).
  *
@@ -199,6 +201,31 @@ DEFINE_FMAXMIN(double, f64)
       {NULL, NULL, NAME##_##OPNAME##_fresh2, NAME##_##OPNAME##_fresh3, NAME##_##OPNAME##_fresh4},                     \
       {NULL, NAME##_##OPNAME##_acc1, NAME##_##OPNAME##_acc2, NAME##_##OPNAME##_acc3}};
 
+/* Two sources of at most REDUCE_SHORT elements: one plain loop, element by
+ * element (dst may be a or b: element j of both is read before dst[j] is
+ * written). The block driver below sets up more than such a sum costs: sums of
+ * 1-16 floats took 10-16 ns through it, 4-6 ns here (warm, on this host), and a
+ * small allreduce runs one at every step of its exchange. */
+#define REDUCE_SHORT 16
+#define SHORT_LOOP(T, U, OP) \
+  for (size_t j = 0; j < n; j++) d[j] = OP(T, U, a[j], b[j])
+#define DEFINE_SHORT(NAME, T, U, K)                                                  \
+  static void NAME##_short(T* d, const T* a, const T* b, size_t n, gcclRedOp_t op) { \
+    switch (op) {                                                                    \
+      case gcclProd:                                                                 \
+        SHORT_LOOP(T, U, OP_##K##PROD);                                              \
+        break;                                                                       \
+      case gcclMax:                                                                  \
+        SHORT_LOOP(T, U, OP_##K##MAX);                                               \
+        break;                                                                       \
+      case gcclMin:                                                                  \
+        SHORT_LOOP(T, U, OP_##K##MIN);                                               \
+        break;                                                                       \
+      default: /* gcclSum, and gcclAvg: the caller divides */                        \
+        SHORT_LOOP(T, U, OP_##K##SUM);                                               \
+    }                                                                                \
+  }
+
 /* All passes of one type and the block driver NAME_reduce, which runs
  * fresh[m] over the first m <= 4 sources and then acc[m] over the next m <= 3,
  * block by block. The accumulator is dst itself (no copy) unless dst is one of
@@ -215,7 +242,12 @@ DEFINE_FMAXMIN(double, f64)
   DEFINE_OP_PASSES(NAME, T, U, ATTR, prod, OP_##K##PROD)                                                  \
   DEFINE_OP_PASSES(NAME, T, U, ATTR, max, OP_##K##MAX)                                                    \
   DEFINE_OP_PASSES(NAME, T, U, ATTR, min, OP_##K##MIN)                                                    \
+  DEFINE_SHORT(NAME, T, U, K)                                                                             \
   static void NAME##_reduce(void* dst, const void* const* srcs, int nsrc, size_t count, gcclRedOp_t op) { \
+    if (nsrc == 2 && count <= REDUCE_SHORT) {                                                             \
+      NAME##_short(dst, srcs[0], srcs[1], count, op);                                                     \
+      return;                                                                                             \
+    }                                                                                                     \
     const NAME##_passes* passes = &NAME##_sum_passes; /* gcclSum, and gcclAvg: the caller divides */      \
     if (op == gcclProd) passes = &NAME##_prod_passes;                                                     \
     if (op == gcclMax) passes = &NAME##_max_passes;                                                       \

@@ -216,16 +216,6 @@ static gcclResult_t mt_irecv_upto(struct transport* tp, int peer, void* buf, siz
   return mpi_lanes_submit(mt(tp), 0, peer, buf, cap, got, req);
 }
 
-static gcclResult_t mt_isend_tagged(struct transport* tp, int peer, const void* buf, size_t bytes, uint32_t tag,
-                                    tp_req* req) {
-  return mpi_lanes_submit_tagged(mt(tp), 1, peer, buf, bytes, NULL, tag, NULL, req);
-}
-
-static gcclResult_t mt_irecv_tagged(struct transport* tp, int peer, void* buf, size_t cap, size_t* got, uint32_t* tag,
-                                    tp_req* req) {
-  return mpi_lanes_submit_tagged(mt(tp), 0, peer, buf, cap, got, 0, tag, req);
-}
-
 /* A request that fails stays with MPI until cancel_all withdraws it (its buffer
  * may still be in use); its handle is the caller's no more. */
 static gcclResult_t mt_wait(struct transport* tp, tp_req h) {
@@ -341,6 +331,101 @@ static void mt_cancel_all(struct transport* tp) {
   t->nblockers = 0;
 }
 
+/* ---- tagged steps ------------------------------------------------------------------
+ * A step's messages are one MPI message each, on its own requests outside the
+ * pool and the lanes, posted and tested in one loop: they are the in-band
+ * agreement's, a small call's only messages (collectives/in_band.c), whose calls
+ * take 12-15 us at 2 ranks on the 1 Gbit/s test bed, where every layer between
+ * gcclAllReduce and MPI shows. Through the pool (a request and a wait each) the
+ * drop-in's small calls took 1.02x Open MPI's allreduce there, 1.01x with these
+ * steps and reduce.c's short sums (BENCHMARKS.md, issue 30).
+ *
+ * Receives take MPI_ANY_TAG on the data communicator, so they could also match a
+ * data or control message from their peer; on a working communicator none is
+ * ever unmatched then: a call's first messages are its agreement's, the previous
+ * call's data were all received, and the control receive, posted at creation,
+ * takes control messages first. What one does meet, a message that a freed
+ * communicator left to the one made with its context id, or a second control
+ * message after the transport broke, is dropped and the receive posted again
+ * (one longer than the receive fails it, as any message would, and breaks the
+ * transport). A second private communicator for tagged messages was tried: after
+ * a failed call's stranded send, Open MPI's context-id agreement for the next
+ * communicator never ended. */
+
+/* A tagged receive that completed with status st: its size and tag into the
+ * step, or, if the message was not this communicator's tagged message, the
+ * receive posted again (*req). */
+static int take_tagged(struct mpi_tp* t, struct tp_tagged_step* s, MPI_Request* req, const MPI_Status* st) {
+  uint32_t mask = (1u << TP_TAG_BITS) - 1, wire = (uint32_t)st->MPI_TAG;
+  if ((wire & ~mask) != (mpi_tag_tagged(t, 0) & ~mask))
+    return MPI_Irecv(s->rbuf, (int)s->cap, MPI_BYTE, s->from, MPI_ANY_TAG, t->comm, req);
+  int count = 0;
+  MPI_Get_count(st, MPI_BYTE, &count);
+  s->got = (size_t)count;
+  s->rtag = wire & mask;
+  return MPI_SUCCESS;
+}
+
+/* Tests the step's receive and send (reqs[0], reqs[1]; MPI_REQUEST_NULL once done). */
+static gcclResult_t test_step(struct mpi_tp* t, struct tp_tagged_step* s, MPI_Request reqs[2]) {
+  int flag = 0, rc = MPI_SUCCESS;
+  if (reqs[0] != MPI_REQUEST_NULL) {
+    MPI_Status st;
+    rc = MPI_Test(&reqs[0], &flag, &st);
+    if (rc == MPI_SUCCESS && flag) rc = take_tagged(t, s, &reqs[0], &st);
+    if (rc != MPI_SUCCESS) {
+      char call[64];
+      snprintf(call, sizeof call, "MPI_Test of a tagged receive from rank %d", s->from);
+      return mpi_tp_fail_mpi(t, rc, call);
+    }
+  }
+  if (reqs[1] != MPI_REQUEST_NULL) {
+    rc = MPI_Test(&reqs[1], &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      char call[64];
+      snprintf(call, sizeof call, "MPI_Test of a tagged send to rank %d", s->to);
+      return mpi_tp_fail_mpi(t, rc, call);
+    }
+  }
+  return gcclSuccess;
+}
+
+static gcclResult_t post_step(struct mpi_tp* t, struct tp_tagged_step* s, MPI_Request reqs[2]) {
+  int n = t->base.nranks;
+  if (s->to >= n || s->from >= n || s->sbytes > INT_MAX || s->cap > INT_MAX)
+    return err_set(gcclInternalError, "MPI transport: a tagged step to %d and from %d of %d ranks, %zu and %zu bytes",
+                   s->to, s->from, n, s->sbytes, s->cap);
+  int rc = MPI_SUCCESS;
+  if (s->from >= 0) rc = MPI_Irecv(s->rbuf, (int)s->cap, MPI_BYTE, s->from, MPI_ANY_TAG, t->comm, &reqs[0]);
+  if (rc != MPI_SUCCESS) return mpi_tp_fail_mpi(t, rc, "MPI_Irecv (tagged)");
+  if (s->to < 0) return gcclSuccess;
+  rc = MPI_Isend(s->sbuf, (int)s->sbytes, MPI_BYTE, s->to, (int)mpi_tag_tagged(t, s->stag), t->comm, &reqs[1]);
+  if (rc != MPI_SUCCESS) return mpi_tp_fail_mpi(t, rc, "MPI_Isend (tagged)");
+  return s->after_send ? s->after_send(s->after_send_arg, s->to) : gcclSuccess;
+}
+
+static gcclResult_t mt_step_tagged(struct transport* tp, struct tp_tagged_step* s) {
+  struct mpi_tp* t = mt(tp);
+  if (tp_break_reason(&t->brk) != gcclSuccess) return fail_broken(t);
+  MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL}; /* the receive, the send */
+  gcclResult_t res = post_step(t, s, reqs);
+  struct mt_waiting w = {0, MT_BUSY_POLLS, 0};
+  while (res == gcclSuccess) {
+    res = test_step(t, s, reqs);
+    if (res != gcclSuccess || (reqs[0] == MPI_REQUEST_NULL && reqs[1] == MPI_REQUEST_NULL)) break;
+    res = poll_step(t, &w);
+    if (res == gcclTimeout)
+      res = reqs[0] != MPI_REQUEST_NULL ? time_out(t, "a message from rank %d", s->from)
+                                        : time_out(t, "rank %d to receive its message", s->to);
+  }
+  if (res != gcclSuccess) { /* withdrawn as cancel_all withdraws the pool's (Open MPI cannot cancel a send) */
+    if (reqs[0] != MPI_REQUEST_NULL) MPI_Cancel(&reqs[0]);
+    if (settle(reqs, 2, settle_deadline(t)))
+      GCCL_WARN("MPI transport: a tagged message did not settle after a failed step; MPI may still use its buffer");
+  }
+  return res;
+}
+
 static void mt_abort(struct transport* tp, gcclResult_t reason) {
   struct mpi_tp* t = mt(tp);
   break_transport(t, reason, BY_ABORT, "rank %d aborted the communicator (%s)", tp->rank, gcclGetErrorString(reason));
@@ -454,8 +539,7 @@ static const struct transport_ops mpi_ops = {
     .destroy = mt_destroy,
     .progress = mt_progress,
     .hear_peers = mt_hear_peers,
-    .isend_tagged = mt_isend_tagged,
-    .irecv_tagged = mt_irecv_tagged,
+    .step_tagged = mt_step_tagged,
     .split_far = mt_split_far,
 };
 

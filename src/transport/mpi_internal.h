@@ -25,8 +25,6 @@ struct mt_req {
   char* buf;     /* a send's buffer is only read */
   size_t bytes;  /* the message's size; for irecv_upto, the capacity */
   size_t* got;   /* irecv_upto: where the received size goes; NULL otherwise */
-  uint32_t* tag; /* a tagged receive: where the tag goes; NULL otherwise */
-  int tagged;    /* one message received with MPI_ANY_TAG whatever its size, outside the lanes */
   size_t done;   /* bytes of the chunks completed */
   size_t posted; /* bytes of the chunk in flight */
   int last;      /* the chunk in flight is the last the message can have */
@@ -137,12 +135,6 @@ static inline size_t mpi_chunk_to(const struct mpi_tp* t, int peer) {
  * the transport. */
 gcclResult_t mpi_lanes_submit(struct mpi_tp* t, int is_send, int peer, const void* buf, size_t bytes, size_t* got,
                               tp_req* out);
-
-/* Posts a tagged message (tp's isend_tagged, irecv_tagged): one MPI message,
- * outside the lanes; a receive takes MPI_ANY_TAG, up to `bytes`, and drops what
- * is not this communicator's tagged message (mpi_lanes.c says why that is safe). */
-gcclResult_t mpi_lanes_submit_tagged(struct mpi_tp* t, int is_send, int peer, const void* buf, size_t bytes,
-                                     size_t* got, uint32_t send_tag, uint32_t* recv_tag, tp_req* out);
 
 /* Moves request h along: tests its chunk in flight, posts the next, completes it. */
 void mpi_lanes_advance(struct mpi_tp* t, int h);

@@ -13,20 +13,8 @@
  * A request that fails breaks the transport (mpi_tp_fail): its lane is out of
  * step, and the peers may be waiting for this rank.
  *
- * Tagged messages (the in-band agreement's) carry their news in the MPI tag, so
- * their receives take MPI_ANY_TAG on the same communicator; they bypass the lanes
- * (one MPI message each). Such a receive could also match a data or control
- * message from its peer, but on a working communicator none is ever unmatched
- * then: a call's first messages are its agreement's, the previous call's data
- * were all received, and the control receive, posted at creation, takes control
- * messages first. What it does meet, a message that a freed communicator left to
- * the one made with its context id, or a second control message after the
- * transport broke, is dropped and the receive posted again (one longer than the
- * receive fails it, as any message would, and breaks the transport). A second
- * private communicator for tagged messages was tried: after a failed call's
- * stranded send, Open MPI's context-id agreement for the next communicator never
- * ended. */
-#include <limits.h>
+ * Tagged messages (the in-band agreement's) bypass the lanes: mpi.c's tagged
+ * steps post them straight to MPI. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,15 +137,6 @@ void mpi_lanes_advance(struct mpi_tp* t, int h) {
     MPI_Get_count(&st, MPI_BYTE, &count);
     got = (size_t)count;
   }
-  if (r->tagged && !r->is_send) {
-    uint32_t mask = (1u << TP_TAG_BITS) - 1, wire = (uint32_t)st.MPI_TAG;
-    if ((wire & ~mask) != (mpi_tag_tagged(t, 0) & ~mask)) { /* not this communicator's tagged message */
-      rc = MPI_Irecv(r->buf, (int)r->bytes, MPI_BYTE, r->peer, MPI_ANY_TAG, t->comm, &r->mreq);
-      if (rc != MPI_SUCCESS) req_fail(t, h, mpi_error(rc, "MPI_Irecv (tagged, again)"));
-      return;
-    }
-    *r->tag = wire & mask;
-  }
   if (!r->got && got != r->posted) {
     req_fail(t, h,
              err_set(gcclInternalError, "rank %d sent a message of another size than the %zu bytes rank %d expected",
@@ -165,7 +144,7 @@ void mpi_lanes_advance(struct mpi_tp* t, int h) {
     return;
   }
   r->done += got;
-  int ends = r->tagged || (r->got ? got < mpi_chunk_to(t, r->peer) : r->last);
+  int ends = r->got ? got < mpi_chunk_to(t, r->peer) : r->last;
   if (ends) {
     if (r->got) *r->got = r->done;
     req_complete(t, h, gcclSuccess);
@@ -208,33 +187,10 @@ static gcclResult_t req_new(struct mpi_tp* t, int is_send, int peer, const void*
   r->buf = (char*)(uintptr_t)buf;
   r->bytes = bytes;
   r->got = got;
-  r->tag = NULL;
-  r->tagged = 0;
   r->done = r->posted = 0;
   r->last = 0;
   r->mreq = MPI_REQUEST_NULL;
   r->result = gcclSuccess;
-  return gcclSuccess;
-}
-
-gcclResult_t mpi_lanes_submit_tagged(struct mpi_tp* t, int is_send, int peer, const void* buf, size_t bytes,
-                                     size_t* got, uint32_t send_tag, uint32_t* recv_tag, tp_req* out) {
-  if (bytes > INT_MAX) return err_set(gcclInternalError, "MPI transport: a tagged message of %zu bytes", bytes);
-  int h = -1;
-  GCCL_CHECK(req_new(t, is_send, peer, buf, bytes, got, &h));
-  struct mt_req* r = &t->pool[h];
-  r->state = MT_ACTIVE;
-  r->tagged = 1;
-  r->tag = recv_tag;
-  r->posted = bytes;
-  r->last = 1;
-  int rc = is_send ? MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, (int)mpi_tag_tagged(t, send_tag), t->comm, &r->mreq)
-                   : MPI_Irecv(r->buf, (int)bytes, MPI_BYTE, peer, MPI_ANY_TAG, t->comm, &r->mreq);
-  if (rc != MPI_SUCCESS) {
-    mpi_lanes_release(t, h);
-    return mpi_tp_fail_mpi(t, rc, is_send ? "MPI_Isend (tagged)" : "MPI_Irecv (tagged)");
-  }
-  *out = h;
   return gcclSuccess;
 }
 

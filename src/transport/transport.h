@@ -28,6 +28,24 @@ typedef int tp_req; /* request handle, >= 0 */
 /* Largest record a rank posts on a board (board_post). */
 #define TP_BOARD_MAX_BYTES ((size_t)64 << 10)
 
+/* One step of an exchange of tagged messages (transport_ops.step_tagged): a send
+ * to `to` and a receive from `from` (-1: none), posted together and waited for
+ * together. */
+struct tp_tagged_step {
+  int to, from;
+  const void* sbuf;
+  size_t sbytes;
+  uint32_t stag;
+  void* rbuf;
+  size_t cap;    /* the receive takes the peer's next tagged message of up to cap bytes */
+  size_t got;    /* set by the step: the received message's bytes */
+  uint32_t rtag; /* ... and its tag */
+  /* NULL, or called once the send is posted, before the wait: posts messages
+   * that must reach `to` after the tagged one (collectives/in_band.h). */
+  gcclResult_t (*after_send)(void* arg, int peer);
+  void* after_send_arg;
+};
+
 /* One rank's record on a board: the hash of its call and its data. */
 struct tp_post {
   uint64_t hash;
@@ -73,15 +91,17 @@ struct transport_ops {
    * gcclCommGetAsyncError calls it, for a watchdog between calls; calls do not:
    * their waits take it in. */
   void (*hear_peers)(struct transport* tp);
-  /* Optional (transports that agree in band; NULL otherwise): messages that carry
-   * a tag of TP_TAG_BITS bits beside their bytes, in the pair order of the
-   * untagged ones. A tagged receive takes the peer's next tagged message whatever
-   * its tag, up to cap bytes, and reports the tag; empty messages travel too. The
-   * caller never leaves an untagged message from that peer unreceived before it. */
-  gcclResult_t (*isend_tagged)(struct transport* tp, int peer, const void* buf, size_t bytes, uint32_t tag,
-                               tp_req* req);
-  gcclResult_t (*irecv_tagged)(struct transport* tp, int peer, void* buf, size_t cap, size_t* got, uint32_t* tag,
-                               tp_req* req);
+  /* Optional (transports that agree in band; NULL otherwise): one step of
+   * messages that carry a tag of TP_TAG_BITS bits beside their bytes, in the pair
+   * order of the untagged ones, posted and waited for in one operation (struct
+   * tp_tagged_step). A tagged receive takes the peer's next tagged message
+   * whatever its tag, up to cap bytes, and reports the tag; empty messages
+   * travel too. The caller never leaves an untagged message from that peer
+   * unreceived before it. One operation rather than posts and waits: these are a
+   * small call's only messages, and every layer between the call and MPI shows in
+   * its time (BENCHMARKS.md, issue 30). On failure nothing of the step is left
+   * pending. */
+  gcclResult_t (*step_tagged)(struct transport* tp, struct tp_tagged_step* step);
   /* Optional (NULL unless every rank can read memory every other rank writes:
    * MPI ranks of one node, transport/board.h): posts this rank's record of the
    * next round, its hash and `bytes` (<= TP_BOARD_MAX_BYTES) of data, and waits
@@ -119,8 +139,7 @@ struct transport {
   int caller_thread_only;
   /* Non-zero when a collective of the library below costs a round of its own on
    * top of point-to-point messages (MPI): step 0 of a call, the agreement, then
-   * travels on tagged point-to-point messages (the ops' isend_tagged and
-   * irecv_tagged), and a small dense allreduce's data rides with it
+   * travels on tagged point-to-point messages (the ops' step_tagged), and a small dense allreduce's data rides with it
    * (collectives/in_band.c). Also a promise that a message, once posted, arrives:
    * such a call, and any dense allreduce, reduce-scatter or allgather, ends
    * without a closing barrier (core/execute.c). */
@@ -164,13 +183,8 @@ static inline void tp_destroy(struct transport* tp) {
   tp->ops->destroy(tp);
 }
 
-static inline gcclResult_t tp_isend_tagged(struct transport* tp, int peer, const void* buf, size_t bytes, uint32_t tag,
-                                           tp_req* req) {
-  return tp->ops->isend_tagged(tp, peer, buf, bytes, tag, req);
-}
-static inline gcclResult_t tp_irecv_tagged(struct transport* tp, int peer, void* buf, size_t cap, size_t* got,
-                                           uint32_t* tag, tp_req* req) {
-  return tp->ops->irecv_tagged(tp, peer, buf, cap, got, tag, req);
+static inline gcclResult_t tp_step_tagged(struct transport* tp, struct tp_tagged_step* step) {
+  return tp->ops->step_tagged(tp, step);
 }
 
 static inline int tp_has_board(const struct transport* tp) {

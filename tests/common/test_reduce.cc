@@ -423,8 +423,9 @@ TEST(Dtype, Bfloat16Conversions) {
 
 TEST(Reduce, EveryTypeOpAndSourceCountMatchesReference) {
   // Up to 8 sources: the kernels combine up to 4 streams per pass, so 5..8
-  // take two or three passes.
-  const size_t counts[] = {0, 1, 7, 1000, 4099};
+  // take two or three passes. Two sources of up to 16 elements take a plain
+  // loop of their own (16 and 17 straddle it).
+  const size_t counts[] = {0, 1, 7, 16, 17, 1000, 4099};
   uint64_t seed = 1;
   for (gcclDataType_t dt : kAllTypes)
     for (gcclRedOp_t op : kAllOps)

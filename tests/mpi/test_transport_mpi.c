@@ -3,15 +3,16 @@
  *
  * Messages around the chunk size (GCCL_MPI_CHUNK_BYTES=64 here), exact and of
  * unknown size, many in flight on one pair and waited for out of order, and so
- * in pieces of that size to "other nodes" only (split_far); tagged
- * messages, with a stray message of another communicator dropped before them;
+ * in pieces of that size to "other nodes" only (split_far); steps of tagged
+ * messages both ways, with a stray message of another communicator dropped
+ * before them, and one way, with a plain message posted after the send;
  * the in-band exchange's verdict on calls whose hashes collide, and the board's
  * (rounds of records of every size; none when one rank sets GCCL_MPI_BOARD=0 or
  * does not want one),
  * with its verdict on the same collisions; the collective
  * primitives; and failures: a size mismatch, a message longer than
- * its receive, a timeout and an abort each break the transport on every rank
- * promptly, and cancel_all returns. Every transport is made up front and freed
+ * its receive (plain or tagged), a timeout (in a wait or a step) and an abort
+ * each break the transport on every rank promptly, and cancel_all returns. Every transport is made up front and freed
  * at the end: Open MPI reuses a freed communicator's context id, and messages of
  * a broken one still in flight would reach its successor. */
 #include <stdio.h>
@@ -25,7 +26,7 @@
 #include "transport/mpi_internal.h"
 
 #define CHUNK 64
-#define NTRANSPORTS 7
+#define NTRANSPORTS 8
 
 static struct transport* make_transport(uint64_t id, int64_t timeout_ms) {
   MPI_Comm dup;
@@ -130,15 +131,19 @@ static void check_tagged(struct transport* tp) {
   MC_CHECK(plain_in == (unsigned char)left, "the untagged message before the tagged ones carried %d", plain_in);
   for (int k = 0; k < N; k++) {
     for (size_t j = 0; j < sizes[k]; j++) out[j] = pattern(tp->rank, k, j);
-    size_t got = (size_t)-1;
-    uint32_t tag = 0xffffffffu;
-    tp_req req[2];
-    MC_OK(tp_irecv_tagged(tp, left, in, sizes[N - 1], &got, &tag, &req[0]), NULL);
-    MC_OK(tp_isend_tagged(tp, right, out, sizes[k], tags[k], &req[1]), NULL);
-    MC_OK(tp->ops->wait(tp, req[0]), NULL);
-    MC_OK(tp->ops->wait(tp, req[1]), NULL);
+    struct tp_tagged_step s = {.to = right,
+                               .from = left,
+                               .sbuf = out,
+                               .sbytes = sizes[k],
+                               .stag = tags[k],
+                               .rbuf = in,
+                               .cap = sizes[N - 1],
+                               .got = (size_t)-1,
+                               .rtag = 0xffffffffu};
+    MC_OK(tp_step_tagged(tp, &s), NULL);
+    size_t got = s.got;
     MC_CHECK(got == sizes[k], "tagged message %d: %zu bytes received, %zu sent", k, got, sizes[k]);
-    MC_CHECK(tag == tags[k], "tagged message %d: tag %#x received, %#x sent", k, tag, tags[k]);
+    MC_CHECK(s.rtag == tags[k], "tagged message %d: tag %#x received, %#x sent", k, s.rtag, tags[k]);
     for (size_t j = 0; j < sizes[k] && j < got; j++)
       if (in[j] != pattern(left, k, j)) {
         mc_fail(__FILE__, __LINE__, "tagged message %d: byte %zu differs", k, j);
@@ -149,6 +154,49 @@ static void check_tagged(struct transport* tp) {
   MC_OK(tp->ops->barrier(tp), NULL);
   free(out);
   free(in);
+}
+
+/* after_send's record of its calls (check_one_way_steps). */
+struct sent_after {
+  struct transport* tp;
+  int calls, peer;
+  unsigned char byte;
+  tp_req req;
+};
+
+static gcclResult_t post_plain_after(void* arg, int peer) {
+  struct sent_after* a = arg;
+  a->calls++;
+  a->peer = peer;
+  return tp_isend(a->tp, peer, &a->byte, 1, &a->req);
+}
+
+/* Steps one way only: a send to the right neighbour whose after_send posts a
+ * plain message behind it, then a receive from the left, which takes the
+ * tagged message and leaves the plain one to the plain receive after it. */
+static void check_one_way_steps(struct transport* tp) {
+  int p = tp->nranks, right = (tp->rank + 1) % p, left = (tp->rank + p - 1) % p;
+  unsigned char out[3] = {(unsigned char)tp->rank, 1, 2}, in[8] = {0}, plain = 0xff;
+  struct sent_after after = {.tp = tp, .peer = -1, .byte = (unsigned char)(100 + tp->rank), .req = -1};
+  struct tp_tagged_step send = {.to = right,
+                                .from = -1,
+                                .sbuf = out,
+                                .sbytes = 3,
+                                .stag = 77,
+                                .after_send = post_plain_after,
+                                .after_send_arg = &after};
+  MC_OK(tp_step_tagged(tp, &send), NULL);
+  MC_CHECK(after.calls == 1 && after.peer == right, "after_send ran %d times, last for rank %d (send to %d)",
+           after.calls, after.peer, right);
+  struct tp_tagged_step recv = {.to = -1, .from = left, .rbuf = in, .cap = sizeof in};
+  MC_OK(tp_step_tagged(tp, &recv), NULL);
+  MC_CHECK(recv.got == 3 && recv.rtag == 77 && in[0] == (unsigned char)left,
+           "a one-way step received %zu bytes, tag %u, first byte %d (rank %d sent 3, tag 77)", recv.got, recv.rtag,
+           in[0], left);
+  MC_OK(tp_recv(tp, left, &plain, 1), NULL);
+  MC_CHECK(plain == (unsigned char)(100 + left), "the plain message behind the tagged one carried %d", plain);
+  MC_OK(tp->ops->wait(tp, after.req), NULL);
+  MC_OK(tp->ops->barrier(tp), NULL);
 }
 
 /* On either exchange (in band or on the board), calls whose hashes collide but
@@ -242,22 +290,28 @@ static void check_collective_primitives(struct transport* tp) {
   }
 }
 
-/* One rank's message is longer (or shorter) than the receive: gcclInternalError
- * there, and every other rank's next wait fails at once with gcclRemoteError. */
-static void check_size_mismatch(struct transport* tp, int upto) {
+enum receive_kind { RECV_EXACT, RECV_UPTO, RECV_TAGGED };
+
+/* One rank's message is longer (or shorter) than the receive (exact, bounded or
+ * a tagged step's): gcclInternalError there, and every other rank's next wait
+ * fails at once with gcclRemoteError. */
+static void check_size_mismatch(struct transport* tp, enum receive_kind kind) {
   unsigned char buf[4 * CHUNK] = {0};
   size_t got = 0;
   double start = mc_now();
   if (tp->rank == 0) { /* the send completes, unless rank 1's failure overtakes its last chunk */
-    gcclResult_t res = tp_send(tp, 1, buf, upto ? 3 * CHUNK : 20);
+    struct tp_tagged_step s = {.to = 1, .from = -1, .sbuf = buf, .sbytes = 12};
+    gcclResult_t res = kind == RECV_TAGGED ? tp_step_tagged(tp, &s) : tp_send(tp, 1, buf, kind ? 3 * CHUNK : 20);
     MC_CHECK(res == gcclSuccess || res == gcclRemoteError, "the longer send returned %s", gcclGetErrorString(res));
   }
   if (tp->rank == 1) {
     tp_req req;
-    gcclResult_t res =
-        upto ? tp->ops->irecv_upto(tp, 0, buf, 2 * CHUNK + 10, &got, &req) : tp->ops->irecv(tp, 0, buf, 10, &req);
-    if (res == gcclSuccess) res = tp->ops->wait(tp, req);
-    MC_CHECK(res == gcclInternalError, "a %s receive of a longer message returned %s", upto ? "bounded" : "exact",
+    struct tp_tagged_step s = {.to = -1, .from = 0, .rbuf = buf, .cap = 8};
+    gcclResult_t res = kind == RECV_TAGGED ? tp_step_tagged(tp, &s)
+                       : kind == RECV_UPTO ? tp->ops->irecv_upto(tp, 0, buf, 2 * CHUNK + 10, &got, &req)
+                                           : tp->ops->irecv(tp, 0, buf, 10, &req);
+    if (res == gcclSuccess && kind != RECV_TAGGED) res = tp->ops->wait(tp, req);
+    MC_CHECK(res == gcclInternalError, "a receive (kind %d) of a longer message returned %s", kind,
              gcclGetErrorString(res));
   }
   gcclResult_t res = tp->ops->barrier(tp);
@@ -267,18 +321,20 @@ static void check_size_mismatch(struct transport* tp, int upto) {
   tp->ops->cancel_all(tp);
 }
 
-/* Rank 0 waits for a message that never comes and times out after 1 s; rank 1,
- * waiting as well but with a 20 s timeout, and the others in a barrier, fail
- * with gcclRemoteError as soon as rank 0 tells them. */
-static void check_timeout(struct transport* tp) {
+/* Rank 0 waits for a message that never comes (plain, or in a tagged step) and
+ * times out after 1 s; rank 1, waiting as well but with a 20 s timeout, and the
+ * others in a barrier, fail with gcclRemoteError as soon as rank 0 tells them.
+ * A failed step leaves nothing pending (destroy at the end would wait on it). */
+static void check_timeout(struct transport* tp, int tagged) {
   unsigned char byte;
   double start = mc_now();
   gcclResult_t res;
   if (tp->rank <= 1) {
-    res = tp_recv(tp, 1 - tp->rank, &byte, 1);
+    struct tp_tagged_step s = {.to = -1, .from = 1 - tp->rank, .rbuf = &byte, .cap = 1};
+    res = tagged ? tp_step_tagged(tp, &s) : tp_recv(tp, 1 - tp->rank, &byte, 1);
     gcclResult_t want = tp->rank == 0 ? gcclTimeout : gcclRemoteError;
-    MC_CHECK(res == want, "waiting for a message never sent returned %s, expected %s", gcclGetErrorString(res),
-             gcclGetErrorString(want));
+    MC_CHECK(res == want, "waiting for a message never sent (tagged: %d) returned %s, expected %s", tagged,
+             gcclGetErrorString(res), gcclGetErrorString(want));
   } else {
     res = tp->ops->barrier(tp);
     MC_CHECK(res == gcclRemoteError, "a barrier without ranks 0 and 1 returned %s", gcclGetErrorString(res));
@@ -286,6 +342,8 @@ static void check_timeout(struct transport* tp) {
   double took = mc_now() - start;
   MC_CHECK(took < 5, "rank %d failed after %.1f s", tp->rank, took);
   if (tp->rank == 0) MC_CHECK(took >= 0.9, "rank 0 timed out after %.2f s instead of 1", took);
+  struct tp_tagged_step none = {.to = -1, .from = -1};
+  MC_CHECK(tp_step_tagged(tp, &none) == gcclRemoteError, "a step on a broken transport did not fail");
   tp->ops->cancel_all(tp);
 }
 
@@ -324,7 +382,7 @@ int main(int argc, char** argv) {
   mc_setenv("GCCL_MPI_CHUNK_BYTES", chunk);
   struct transport* tp[NTRANSPORTS];
   for (int i = 0; i < NTRANSPORTS; i++)
-    tp[i] = make_transport(1000 + (uint64_t)i, i == 5 && mc_rank == 0 ? 1000 : 20000);
+    tp[i] = make_transport(1000 + (uint64_t)i, (i == 5 || i == 7) && mc_rank == 0 ? 1000 : 20000);
   mc_setenv("GCCL_MPI_CHUNK_BYTES", NULL);
   struct transport* big = make_transport(999, 20000); /* the default chunk */
   struct transport* boarded = make_transport(998, 20000);
@@ -345,6 +403,7 @@ int main(int argc, char** argv) {
   check_sizes(big, 1);
   check_collective_primitives(tp[0]);
   check_tagged(big);
+  check_one_way_steps(big);
   check_collision(big, in_band_sum);
   MC_CHECK(tp_can_split_far(big), "the MPI transport cannot split messages between nodes");
   check_split_far(big);
@@ -355,10 +414,12 @@ int main(int argc, char** argv) {
   MC_CHECK(!tp_has_board(unwanted), "a board where rank 0 did not want one");
   check_cancel_all(tp[1]);
   if (mc_nranks >= 2) {
-    check_size_mismatch(tp[2], 0);
-    check_size_mismatch(tp[3], 1);
+    check_size_mismatch(tp[2], RECV_EXACT);
+    check_size_mismatch(tp[3], RECV_UPTO);
+    check_size_mismatch(tp[6], RECV_TAGGED);
     check_abort(tp[4]);
-    check_timeout(tp[5]);
+    check_timeout(tp[5], 0);
+    check_timeout(tp[7], 1);
   }
   for (int i = 0; i < NTRANSPORTS; i++) tp[i]->ops->destroy(tp[i]);
   big->ops->destroy(big);
