@@ -139,10 +139,10 @@ struct transport {
   int caller_thread_only;
   /* Non-zero when a collective of the library below costs a round of its own on
    * top of point-to-point messages (MPI): step 0 of a call, the agreement, then
-   * travels on tagged point-to-point messages (the ops' step_tagged), and a small dense allreduce's data rides with it
-   * (collectives/in_band.c). Also a promise that a message, once posted, arrives:
-   * such a call, and any dense allreduce, reduce-scatter or allgather, ends
-   * without a closing barrier (core/execute.c). */
+   * travels on tagged point-to-point messages (the ops' step_tagged), and a small
+   * dense allreduce's data rides with it (collectives/in_band.c). Also a promise
+   * that a message, once posted, arrives: such a call, and any dense allreduce,
+   * reduce-scatter or allgather, ends without a closing barrier (core/execute.c). */
   int agree_in_band;
 };
 

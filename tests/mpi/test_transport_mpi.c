@@ -8,13 +8,13 @@
  * before them, and one way, with a plain message posted after the send;
  * the in-band exchange's verdict on calls whose hashes collide, and the board's
  * (rounds of records of every size; none when one rank sets GCCL_MPI_BOARD=0 or
- * does not want one),
- * with its verdict on the same collisions; the collective
- * primitives; and failures: a size mismatch, a message longer than
- * its receive (plain or tagged), a timeout (in a wait or a step) and an abort
- * each break the transport on every rank promptly, and cancel_all returns. Every transport is made up front and freed
- * at the end: Open MPI reuses a freed communicator's context id, and messages of
- * a broken one still in flight would reach its successor. */
+ * does not want one), with its verdict on the same collisions; the collective
+ * primitives; and failures: a size mismatch, a message longer than its receive
+ * (plain or tagged), a timeout (in a wait or a step) and an abort each break the
+ * transport on every rank promptly, and cancel_all returns. Every transport is
+ * made up front and freed at the end: Open MPI reuses a freed communicator's
+ * context id, and messages of a broken one still in flight would reach its
+ * successor. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,7 +301,8 @@ static void check_size_mismatch(struct transport* tp, enum receive_kind kind) {
   double start = mc_now();
   if (tp->rank == 0) { /* the send completes, unless rank 1's failure overtakes its last chunk */
     struct tp_tagged_step s = {.to = 1, .from = -1, .sbuf = buf, .sbytes = 12};
-    gcclResult_t res = kind == RECV_TAGGED ? tp_step_tagged(tp, &s) : tp_send(tp, 1, buf, kind ? 3 * CHUNK : 20);
+    gcclResult_t res =
+        kind == RECV_TAGGED ? tp_step_tagged(tp, &s) : tp_send(tp, 1, buf, kind == RECV_UPTO ? 3 * CHUNK : 20);
     MC_CHECK(res == gcclSuccess || res == gcclRemoteError, "the longer send returned %s", gcclGetErrorString(res));
   }
   if (tp->rank == 1) {
@@ -323,8 +324,8 @@ static void check_size_mismatch(struct transport* tp, enum receive_kind kind) {
 
 /* Rank 0 waits for a message that never comes (plain, or in a tagged step) and
  * times out after 1 s; rank 1, waiting as well but with a 20 s timeout, and the
- * others in a barrier, fail with gcclRemoteError as soon as rank 0 tells them.
- * A failed step leaves nothing pending (destroy at the end would wait on it). */
+ * others in a barrier, fail with gcclRemoteError as soon as rank 0 tells them;
+ * a step on the broken transport then fails at once. */
 static void check_timeout(struct transport* tp, int tagged) {
   unsigned char byte;
   double start = mc_now();
