@@ -48,8 +48,9 @@
 #           "--mca btl_tcp_progress_thread 1"
 #   -e CMD  runs CMD (split at spaces; a path relative to BUILD/bench, e.g.
 #           "mpi-ab interposer -b 4 -e 64M") under the same mpirun instead of
-#           gccl-bench, prints its output and no table. -a 0 leaves Open MPI's
-#           allreduce as it chooses (with -e only).
+#           gccl-bench, prints its output and no table (the shapers' packets
+#           sent and dropped go to stderr). -a 0 leaves Open MPI's allreduce as
+#           it chooses (with -e only).
 #
 # Needs root, ip, tc and Open MPI (else exits with 77: skipped); gccl built with
 # MPI (BUILD/bench/gccl-bench, default BUILD: build). Exits 0 when the run
@@ -249,13 +250,14 @@ fi
 
 # What the shapers did over the whole run: a queue that overflows drops packets,
 # and TCP backs off (incast: several senders into one link at once).
+read -r up_sent up_drop down_sent down_drop < <(ns_shaper_totals)
+SHAPER_LINE="# tbf over the run: uplinks sent $up_sent packets, dropped $up_drop; downlinks sent $down_sent, dropped $down_drop"
 if [[ -n $COMMAND ]]; then # -e: its output is the report
   sed -n "$((header_lines + 1)),\$p" "$OUTDIR/testbed.txt"
+  echo "$SHAPER_LINE" >&2
   echo "# output kept in $OUTDIR/testbed.txt" >&2
   exit 0
 fi
-read -r up_sent up_drop down_sent down_drop < <(ns_shaper_totals)
-SHAPER_LINE="# tbf over the run: uplinks sent $up_sent packets, dropped $up_drop; downlinks sent $down_sent, dropped $down_drop"
 
 # ---- the table ----------------------------------------------------------------------------
 # gccl-bench's rows with -z: time $6 (us), #wrong $9, codec $10, algo $11, wire $12,

@@ -9,12 +9,13 @@
  *
  * Rank 0 and the first rank of node 1 time round trips: PROBE_TRIPS of 8 bytes
  * give the latency (half the median round trip), then messages of doubling size,
- * each answered by 8 bytes, until one takes PROBE_LONG_NS, give the rate. Then both
+ * each answered by 8 bytes, until one takes PROBE_LONG_NS, give the rate (one
+ * trip that stalled, link_trip_ends_doubling, does not end them). Then both
  * send that size at once: how much longer that takes than one way is the pair's
- * duplex factor. The whole probe stops within PROBE_BUDGET_NS. The initiator
- * decides what comes next and says so with a message of one byte (done), two
- * (both ways, the size last sent) or three (the same in pieces, below), so the
- * peer needs no schedule.
+ * duplex factor. The whole probe stops within PROBE_BUDGET_NS, a stalled trip
+ * aside. The initiator decides what comes next and says so with a message of one
+ * byte (done), two (both ways, the size last sent) or three (the same in pieces,
+ * below), so the peer needs no schedule.
  *
  * Pieces. Over Open MPI's TCP a pair's long messages both ways at once took turns:
  * 32 MiB each way ran at 48% of the 1 Gbit/s test bed's link, where a plain
@@ -51,6 +52,7 @@
 #define PROBE_TRIPS 16
 #define PROBE_FIRST_BYTES ((size_t)64 << 10)
 #define PROBE_LONG_NS 4000000LL    /* 4 ms: long enough to see the rate through the latency */
+#define PROBE_STALL 8              /* a trip over this many times its reference stalled */
 #define PROBE_BUDGET_NS 30000000LL /* 30 ms for the link; the codec's rates take the rest of 50 */
 #define PROBE_ANSWER 8
 #define PROBE_DONE 1                   /* the initiator's last message */
@@ -107,6 +109,15 @@ static gcclResult_t answer(struct transport* tp, int peer, unsigned char* buf, s
   }
 }
 
+int link_trip_ends_doubling(int64_t rtt, int64_t before) {
+  return rtt >= PROBE_LONG_NS && rtt <= PROBE_STALL * before;
+}
+
+int64_t link_trip_reference(int64_t rtt, int64_t before) {
+  int stalled = rtt >= PROBE_LONG_NS && !link_trip_ends_doubling(rtt, before);
+  return stalled || rtt < 2 * before ? 2 * before : rtt;
+}
+
 static int compare_ns(const void* a, const void* b) {
   int64_t x = *(const int64_t*)a, y = *(const int64_t*)b;
   return x < y ? -1 : x > y;
@@ -140,11 +151,14 @@ static gcclResult_t initiate(struct transport* tp, int peer, unsigned char* buf,
   qsort(trips, PROBE_TRIPS, sizeof *trips, compare_ns);
   double alpha = (double)trips[PROBE_TRIPS / 2] * 0.5e-9;
   size_t half = cap / 2, bytes = PROBE_FIRST_BYTES < half ? PROBE_FIRST_BYTES : half;
-  int64_t rtt = 0, both = 0;
+  int64_t before = trips[PROBE_TRIPS / 2], rtt = 0, both = 0;
   for (;;) {
     GCCL_CHECK(round_trip(tp, peer, buf, bytes, &rtt));
+    GCCL_TRACE(LOG_INIT, "link probe: %zu bytes there, %d back in %.0f us", bytes, PROBE_ANSWER, (double)rtt * 1e-3);
     int64_t spent = clock_now_ns() - start;
-    if (rtt >= PROBE_LONG_NS || 2 * bytes > half || spent + 5 * rtt > PROBE_BUDGET_NS) break;
+    int64_t took = link_trip_reference(rtt, before); /* what this size takes, a stall aside */
+    if (link_trip_ends_doubling(rtt, before) || 2 * bytes > half || spent + 5 * took > PROBE_BUDGET_NS) break;
+    before = took;
     bytes *= 2;
   }
   double one_way = (double)rtt * 1e-9 - 2 * alpha;

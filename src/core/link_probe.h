@@ -3,6 +3,8 @@
 #ifndef GCCL_CORE_LINK_PROBE_H
 #define GCCL_CORE_LINK_PROBE_H
 
+#include <stdint.h>
+
 #include "collectives/cost_model.h"
 #include "gccl.h"
 
@@ -14,5 +16,24 @@
  * rank 0 found that they keep full duplex (transport split_far). A communicator
  * of one node keeps zeros. Errors: the transport's. */
 gcclResult_t link_measure(gcclComm_t c);
+
+/* Whether a round trip of `rtt` ns ends the probe's doubling of its message:
+ * one long enough to read the rate from, unless it took over 8x `before`, the
+ * reference for half the bytes (link_trip_reference), and stalled. On the
+ * 1 Gbit/s test bed a rank that lost its core for a few ms made the stalled trip
+ * the last, and the link read 0.24 Gbit/s (128 KiB in 4.37 ms) and 0.36 (256
+ * KiB in 5.8 ms, 20x its reference), where 579 other probes read 0.67-1.06;
+ * their last trips took at most 5.1x their reference. A trip taken for a stall
+ * costs one more size, and can take the probe past its 30 ms: 5 ms of sleep
+ * injected into the answer to 256 KiB made it 31-42 ms. A stall of the last size
+ * that stays under 8x (5 ms at 512 KiB) still reads the link slow. */
+int link_trip_ends_doubling(int64_t rtt, int64_t before);
+
+/* The reference for twice the bytes, after a trip of `rtt` ns whose own was
+ * `before` (the first: the median trip of 8 bytes): the trip, or twice `before`
+ * where that is longer or the trip stalled. Never less than twice: a trip after
+ * a slow one passes partly within a token bucket refilled meanwhile (128 KiB in
+ * 1569 us, then 256 KiB in 253), and the trip after it would look stalled. */
+int64_t link_trip_reference(int64_t rtt, int64_t before);
 
 #endif

@@ -16,6 +16,12 @@
  *              calls of sizes on either side of it meet as a mismatch on every rank,
  *              after which no message of split's first round, sent while the
  *              agreement ran (collectives/split.c), is left for the next calls
+ *   stalled    a round trip ends the probe's doubling when it is long enough and
+ *              no more than 8x its reference (for half the bytes): the 128 KiB
+ *              trip of 4.37 ms after 64 KiB's 115-390 us, which had read the test
+ *              bed's link at 0.24 Gbit/s, does not; nor does one too short. The
+ *              reference never drops below twice the one before; probes recorded
+ *              on the bed end where they should
  *   malloc     (glibc) timing the in-band limit leaves malloc's mmap threshold as
  *              it was: a 128 KiB buffer the program allocates after the
  *              communicator is made is mapped exactly when one allocated before
@@ -31,6 +37,7 @@
 
 #include "collectives/tuner.h"
 #include "core/comm.h"
+#include "core/link_probe.h"
 #include "mpi_check.h"
 #include "transport/mpi.h"
 
@@ -238,11 +245,43 @@ static void malloc_left_alone(void) {
 }
 #endif
 
+/* The trip, among us[] (microseconds, doubling sizes from the first), that ends
+ * the probe's doubling from a first reference of `first` us; -1 if none. */
+static int trip_that_ends(const int64_t us[], int n, int64_t first) {
+  int64_t before = first * 1000;
+  for (int i = 0; i < n; i++) {
+    if (link_trip_ends_doubling(us[i] * 1000, before)) return i;
+    before = link_trip_reference(us[i] * 1000, before);
+  }
+  return -1;
+}
+
+static void stalled(void) {
+  const int64_t us = 1000;
+  MC_CHECK(link_trip_ends_doubling(4370 * us, 1515 * us), "4.37 ms after 1.5 ms (2.9x) did not end the doubling");
+  MC_CHECK(link_trip_ends_doubling(5015 * us, 809 * us), "5.0 ms after 0.81 ms (6.2x) did not end the doubling");
+  MC_CHECK(link_trip_ends_doubling(4000 * us, 500 * us), "4 ms after 0.5 ms (8x) did not end the doubling");
+  MC_CHECK(!link_trip_ends_doubling(4370 * us, 390 * us), "4.37 ms after 0.39 ms (11x) ended the doubling");
+  MC_CHECK(!link_trip_ends_doubling(4370 * us, 115 * us), "4.37 ms after 0.115 ms (38x) ended the doubling");
+  MC_CHECK(!link_trip_ends_doubling(3999 * us, 2000 * us), "a trip under 4 ms ended the doubling");
+  MC_CHECK(link_trip_reference(1400 * us, 290 * us) == 1400 * us, "the reference after a trip longer than twice");
+  MC_CHECK(link_trip_reference(253 * us, 1569 * us) == 3138 * us, "the reference after a trip shorter than twice");
+  MC_CHECK(link_trip_reference(5841 * us, 290 * us) == 580 * us, "the reference after a stalled trip");
+  /* Probes recorded on the test bed, 64 KiB up, from 8 bytes' 55 us. */
+  const int64_t plain[] = {145, 268, 1400, 4400}, bucket[] = {109, 1569, 253, 4527};
+  const int64_t stall_128k[] = {200, 4370, 250, 4400}, stall_256k[] = {145, 268, 5841, 2577, 8716};
+  MC_CHECK(trip_that_ends(plain, 4, 55) == 3, "a plain probe did not end at 512 KiB");
+  MC_CHECK(trip_that_ends(bucket, 4, 55) == 3, "a probe after a trip within the bucket did not end at 512 KiB");
+  MC_CHECK(trip_that_ends(stall_128k, 4, 55) == 3, "a stall at 128 KiB did not go on to 512 KiB");
+  MC_CHECK(trip_that_ends(stall_256k, 5, 55) == 4, "a stall at 256 KiB did not go on to 1 MiB");
+}
+
 int main(int argc, char** argv) {
   mc_init(&argc, &argv);
 #ifdef __GLIBC__
   malloc_left_alone(); /* first: before any other communicator is made and freed */
 #endif
+  stalled();
   one_node();
   if (mc_nranks > 1) {
     measured();
