@@ -267,7 +267,8 @@ static void stalled(void) {
   MC_CHECK(link_trip_reference(1400 * us, 290 * us) == 1400 * us, "the reference after a trip longer than twice");
   MC_CHECK(link_trip_reference(253 * us, 1569 * us) == 3138 * us, "the reference after a trip shorter than twice");
   MC_CHECK(link_trip_reference(5841 * us, 290 * us) == 580 * us, "the reference after a stalled trip");
-  /* Probes recorded on the test bed, 64 KiB up, from 8 bytes' 55 us. */
+  /* Probes as the test bed timed them, 64 KiB up, from 8 bytes' 55 us; a stall's
+   * later trips as after a 5 ms stall injected there. */
   const int64_t plain[] = {145, 268, 1400, 4400}, bucket[] = {109, 1569, 253, 4527};
   const int64_t stall_128k[] = {200, 4370, 250, 4400}, stall_256k[] = {145, 268, 5841, 2577, 8716};
   MC_CHECK(trip_that_ends(plain, 4, 55) == 3, "a plain probe did not end at 512 KiB");
