@@ -47,6 +47,7 @@
 #include "collectives/in_band.h"
 #include "common/arena.h"
 #include "common/clock.h"
+#include "common/env.h"
 #include "common/log.h"
 #include "common/result.h"
 #include "core/comm.h"
@@ -198,9 +199,35 @@ static gcclResult_t time_sizes(gcclComm_t c, float* buf, const size_t bytes[], i
   return gcclSuccess;
 }
 
+/* GCCL_MPI_IN_BAND_BYTES on rank 0, alike on every rank: the limit (1 to
+ * IN_BAND_MAX_BYTES), or 0 where unset or out of range (timed). A user who knows
+ * the link, or whose machine times it unreliably (3 to 5 ranks on 2 cores, as
+ * the test bed: one creation in 60 to 200 kept 16 KiB in band at 3 ranks), names
+ * it, as NCCL_PROTO names a protocol. */
+static gcclResult_t named_limit(gcclComm_t c, size_t* limit) {
+  int64_t mine = env_int("GCCL_MPI_IN_BAND_BYTES", 0), all[c->nranks];
+  if (mine > (int64_t)IN_BAND_MAX_BYTES) {
+    GCCL_WARN("ignoring GCCL_MPI_IN_BAND_BYTES=%lld: more than %zu", (long long)mine, IN_BAND_MAX_BYTES);
+    mine = 0;
+  }
+  GCCL_CHECK(tp_allgather_small(c->tp, &mine, sizeof mine, all));
+  *limit = (size_t)all[0];
+  return gcclSuccess;
+}
+
 gcclResult_t in_band_limit_measure(gcclComm_t c) {
   int p = c->nranks;
-  if (c->ctx.local_size >= p || coll_pow2_floor(p) == p || !c->tp->agree_in_band || c->faults) return gcclSuccess;
+  if (c->ctx.local_size >= p || coll_pow2_floor(p) == p || !c->tp->agree_in_band) return gcclSuccess;
+  size_t named;
+  GCCL_CHECK(named_limit(c, &named));
+  if (named) {
+    c->ctx.net.in_band_max_bytes = named;
+    GCCL_INFO(LOG_INIT,
+              "dense allreduce in band up to %zu bytes, split above (%d ranks; GCCL_MPI_IN_BAND_BYTES on rank 0)",
+              named, p);
+    return gcclSuccess;
+  }
+  if (c->faults) return gcclSuccess;
   int64_t start = clock_now_ns();
   /* A send and a receive buffer, paged in before any timing; mapped, not
    * malloc'd: glibc raises its mmap threshold when a mapped chunk is freed, and

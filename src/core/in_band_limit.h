@@ -15,9 +15,10 @@
  * at the link's measured rate, alike on every rank; a second time where the
  * first keeps 32 KiB or more in band or contradicts itself, each road's two times
  * then combined), and comm->ctx.net's in_band_max_bytes becomes
- * in_band_limit_fit's limit: 8 KiB or a size timed.
- * Needs comm->link (link_measure first). Otherwise it does nothing. Errors: the
- * transport's, or gcclSystemError (out of memory). */
+ * in_band_limit_fit's limit: 8 KiB or a size timed. Where rank 0 names the limit
+ * (GCCL_MPI_IN_BAND_BYTES, 1 to IN_BAND_MAX_BYTES) nothing is timed, faults or
+ * not. Needs comm->link (link_measure first). Otherwise it does nothing. Errors:
+ * the transport's, or gcclSystemError (out of memory). */
 gcclResult_t in_band_limit_measure(gcclComm_t c);
 
 /* The limit that the times of n sizes (bytes[] descending, each with its road's

@@ -16,6 +16,9 @@
  *              calls of sizes on either side of it meet as a mismatch on every rank,
  *              after which no message of split's first round, sent while the
  *              agreement ran (collectives/split.c), is left for the next calls
+ *   named limit  GCCL_MPI_IN_BAND_BYTES on rank 0 sets the in-band limit on every
+ *              rank, untimed; sums exact and mismatches met on both sides of it;
+ *              a value past 64 KiB is ignored (timed)
  *   stalled    a round trip ends the probe's doubling when it is long enough and
  *              no more than 8x its reference (for half the bytes): the 128 KiB
  *              trip of 4.37 ms after 64 KiB's 115-390 us, which had read the test
@@ -209,6 +212,45 @@ static void in_band_limit(void) {
   MC_OK(gcclCommDestroy(comm), NULL);
 }
 
+/* GCCL_MPI_IN_BAND_BYTES on rank 0 (the others name another limit, or 0) is
+ * the limit on every rank, with nothing timed: 1000 bytes, so 250 floats ride the
+ * agreement and 251 go split, both exact, and calls on either side of it meet as a
+ * mismatch. A value past 64 KiB is ignored: the limit is timed. A power of two
+ * has no limit, named or not. */
+static void named_in_band_limit(void) {
+  const char* const at_1000[][2] = {{"GCCL_RANKS_PER_NODE", "1"},
+                                    {"GCCL_MPI_IN_BAND_BYTES", mc_rank == 0  ? "1000"
+                                                               : mc_rank % 2 ? "0"
+                                                                             : "5000"},
+                                    {NULL, NULL}};
+  gcclComm_t comm = mc_comm_with(MPI_COMM_WORLD, at_1000);
+  if (!comm) return;
+  size_t limit = comm->ctx.net.in_band_max_bytes;
+  unsigned caps = tuner_caps(comm->tp);
+  if (pow2(mc_nranks)) {
+    MC_CHECK(limit == 0, "%d ranks: a named in-band limit of %zu bytes", mc_nranks, limit);
+  } else {
+    MC_CHECK(limit == 1000, "GCCL_MPI_IN_BAND_BYTES=1000 on rank 0: the limit is %zu bytes", limit);
+    MC_CHECK(tuner_choose(COLL_ALLREDUCE, 1000, mc_nranks, 1, caps, &comm->ctx.net, ALGO_AUTO) == ALGO_IN_BAND &&
+                 tuner_choose(COLL_ALLREDUCE, 1004, mc_nranks, 1, caps, &comm->ctx.net, ALGO_AUTO) == ALGO_SPLIT,
+             "the tuner does not take the named in-band limit");
+    const size_t counts[] = {0, 1, 7, 249, 250, 251, 16385};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) check_sum(comm, counts[i]);
+    check_mismatch(comm, 251, 250);
+    check_mismatch(comm, 250, 251);
+  }
+  MC_OK(gcclCommDestroy(comm), NULL);
+  const char* const too_large[][2] = {{"GCCL_RANKS_PER_NODE", "1"}, {"GCCL_MPI_IN_BAND_BYTES", "65540"}, {NULL, NULL}};
+  comm = mc_comm_with(MPI_COMM_WORLD, too_large);
+  if (!comm) return;
+  limit = comm->ctx.net.in_band_max_bytes;
+  if (pow2(mc_nranks))
+    MC_CHECK(limit == 0, "%d ranks: an in-band limit of %zu bytes", mc_nranks, limit);
+  else
+    MC_CHECK(one_of_the_sizes_timed(limit), "GCCL_MPI_IN_BAND_BYTES=65540 was not ignored: the limit is %zu", limit);
+  MC_OK(gcclCommDestroy(comm), NULL);
+}
+
 #ifdef __GLIBC__
 /* MALLOC_BLOCKS mallocs of `bytes` into blocks[], and how many of them glibc
  * served by a mapping of its own (mallinfo2 counts those). */
@@ -289,6 +331,7 @@ int main(int argc, char** argv) {
     pieces();
     named();
     in_band_limit();
+    named_in_band_limit();
   }
   return mc_finish("test_link_mpi");
 }
