@@ -9,6 +9,7 @@
 #include "collectives/coll.h"
 #include "core/handles.h"
 #include "core/link_probe.h"
+#include "core/road_watch.h"
 #include "gccl.h"
 
 struct fault_config;
@@ -37,6 +38,7 @@ struct gcclComm {
   struct device_stage* device_stage; /* pinned host buffers for device-buffer calls (device/device.h) */
   struct fault_config* faults;       /* GCCL_FAULT, parsed; NULL when unset */
   struct link_figures link;          /* the network between nodes (link_probe.h); zeros on one node */
+  struct road_watch watch;           /* the in-band limit, watched on the program's calls (road_watch.h) */
 };
 
 /* Allocates a communicator for `rank` of `nranks` with its scratch, reading the

@@ -6,11 +6,13 @@
 #include <stdatomic.h>
 
 #include "collectives/tuner.h"
+#include "common/clock.h"
 #include "common/dtype.h"
 #include "common/log.h"
 #include "common/result.h"
 #include "compress/compressor.h"
 #include "core/comm.h"
+#include "core/in_band_limit.h"
 #include "device/device.h"
 
 /* The algorithm for a call: the tuner's, with a compressor's codec in mind, or
@@ -77,7 +79,11 @@ gcclResult_t execute_collective(gcclComm_t comm, const struct coll_args* call) {
     dense.comp = NULL;
     a = &dense;
   }
-  enum coll_algo algo = choose_algo(comm, a);
+  enum coll_algo tuned = choose_algo(comm, a);
+  size_t bytes = a->count * dtype_size(a->dt);
+  int watched = road_watch_sees(&comm->watch, bytes, tuned);
+  enum coll_algo algo = watched ? road_watch_road(&comm->watch, bytes, tuned) : tuned;
+  int64_t start = watched ? clock_now_ns() : 0;
   GCCL_INFO(LOG_COLL, "%s seq %llu count %zu %s %s root %d algo %s%s%s", coll_kind_name(a->kind),
             (unsigned long long)comm->seq, a->count, dtype_name(a->dt), op_name(a->op), a->root, algo_name(algo),
             a->comp ? " codec " : "", a->comp ? a->comp->spec_text : "");
@@ -93,6 +99,11 @@ gcclResult_t execute_collective(gcclComm_t comm, const struct coll_args* call) {
   } else if (res == gcclSuccess) {
     res = coll_agree(&comm->ctx, call, algo, comm->seq++);
     if (res == gcclSuccess) res = run_agreed(comm, a, algo);
+  }
+  if (res == gcclSuccess && watched) {
+    /* No less than its floor, as the limit's timing: a look's few calls can ride a burst allowance. */
+    double took = (double)(clock_now_ns() - start) * 1e-9, least = in_band_limit_floor(comm, algo, bytes);
+    res = road_watch_after(&comm->watch, tp, bytes, tuned, took > least ? took : least);
   }
   if (res != gcclSuccess) {
     if (a->comp) compressor_abort(a->comp); /* the residual stays as it was */

@@ -49,6 +49,7 @@
 #include "common/clock.h"
 #include "common/env.h"
 #include "common/log.h"
+#include "common/median.h"
 #include "common/result.h"
 #include "core/comm.h"
 #include "transport/transport.h"
@@ -62,10 +63,6 @@ _Static_assert(2 * sizeof(double) <= TP_SMALL_MAX, "the times travel by allgathe
 _Static_assert(LIMIT_TRIALS == 3, "the median is median3's");
 _Static_assert(IN_BAND_MAX_BYTES >> LIMIT_SIZES == LIMIT_LEAST_BYTES,
                "every size from the largest down to the least's double");
-
-static double median3(double a, double b, double c) {
-  return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
-}
 
 enum road { ROAD_IN_BAND, ROAD_SPLIT };
 
@@ -97,12 +94,14 @@ static struct coll_args call_of(float* buf, size_t bytes) {
                    gcclSum, 0);
 }
 
-/* The least time a road's calls of `bytes` take back to back: its busiest rank's
- * sends at the link's rate. */
-static double floor_of(gcclComm_t c, enum road road, size_t bytes) {
+double in_band_limit_floor(gcclComm_t c, enum coll_algo road, size_t bytes) {
   int p = c->nranks;
-  double sent = road == ROAD_IN_BAND ? in_band_busiest_bytes(&c->ctx, bytes) : 2.0 * (p - 1) / p * (double)bytes;
+  double sent = road == ALGO_IN_BAND ? in_band_busiest_bytes(&c->ctx, bytes) : 2.0 * (p - 1) / p * (double)bytes;
   return sent * c->link.beta;
+}
+
+static double floor_of(gcclComm_t c, enum road road, size_t bytes) {
+  return in_band_limit_floor(c, road == ROAD_IN_BAND ? ALGO_IN_BAND : ALGO_SPLIT, bytes);
 }
 
 /* Both roads at `bytes` on every rank, and the slowest rank's times of each (at
@@ -253,6 +252,7 @@ gcclResult_t in_band_limit_measure(gcclComm_t c) {
   arena_free(buf, 2 * IN_BAND_MAX_BYTES);
   GCCL_CHECK(res);
   c->ctx.net.in_band_max_bytes = limit;
+  if (c->forced_algo == ALGO_AUTO) road_watch_begin(&c->watch); /* the timing errs now and then: the calls check it */
   GCCL_INFO(LOG_INIT,
             "dense allreduce in band up to %zu bytes, split above (%d ranks; timed at 64, 32 and 16 KiB, in band "
             "%.0f, %.0f and %.0f us, split %.0f, %.0f and %.0f, each at least its busiest rank's bytes at %.2f "

@@ -19,6 +19,10 @@
  *   named limit  GCCL_MPI_IN_BAND_BYTES on rank 0 sets the in-band limit on every
  *              rank, untimed; sums exact and mismatches met on both sides of it;
  *              a value past 64 KiB is ignored (timed)
+ *   watched    with the limit timed, the program's calls of 8-64 KiB are watched
+ *              (core/road_watch.h): sums exact through the looks and settlements,
+ *              every class's schedule and road alike on every rank; a mismatch
+ *              not counted; off under GCCL_ALGO and a named limit
  *   stalled    a round trip ends the probe's doubling when it is long enough and
  *              no more than 8x its reference (for half the bytes): the 128 KiB
  *              trip of 4.37 ms after 64 KiB's 115-390 us, which had read the test
@@ -251,6 +255,39 @@ static void named_in_band_limit(void) {
   MC_OK(gcclCommDestroy(comm), NULL);
 }
 
+/* A class's schedule and road, alike on every rank (its times are each rank's own). */
+static void same_watch_everywhere(const struct watch_class* c, int line) {
+  uint64_t fields[5] = {c->calls, c->next, c->every, (uint64_t)c->swapped, (uint64_t)c->looks};
+  mc_same_everywhere(fields, sizeof fields, __FILE__, line, "a watched class's schedule and road");
+}
+
+/* With the limit timed, the program's calls from 8 to 64 KiB are watched: 250
+ * calls of 16388 bytes (4097 floats) take both roads in the looks and settle
+ * twice, whether the first swaps or not; each sum is exact on every rank, and
+ * each class's schedule and road stay alike on every rank. A mismatched call is
+ * not counted. GCCL_ALGO and a named limit turn the watch off. */
+static void watched(void) {
+  gcclComm_t comm = make("1", NULL, NULL);
+  if (!comm) return;
+  MC_CHECK(comm->watch.on == !pow2(mc_nranks), "%d ranks: the watch is %s", mc_nranks, comm->watch.on ? "on" : "off");
+  for (int i = 0; i < 250; i++) check_sum(comm, 4097);
+  check_sum(comm, 3000); /* class 0 */
+  check_mismatch(comm, 4097, 4096);
+  const struct watch_class* c = &comm->watch.cls[1];
+  if (comm->watch.on) MC_CHECK(c->calls == 250, "%llu calls of class 1 counted", (unsigned long long)c->calls);
+  same_watch_everywhere(c, __LINE__);
+  same_watch_everywhere(&comm->watch.cls[0], __LINE__);
+  MC_OK(gcclCommDestroy(comm), NULL);
+  const char* const forced[][2] = {{"GCCL_RANKS_PER_NODE", "1"}, {"GCCL_ALGO", "split"}, {NULL, NULL}};
+  const char* const named[][2] = {{"GCCL_RANKS_PER_NODE", "1"}, {"GCCL_MPI_IN_BAND_BYTES", "8192"}, {NULL, NULL}};
+  for (int k = 0; k < 2; k++) {
+    comm = mc_comm_with(MPI_COMM_WORLD, k ? named : forced);
+    if (!comm) return;
+    MC_CHECK(!comm->watch.on, "%s: the watch is on", k ? "a named limit" : "GCCL_ALGO=split");
+    MC_OK(gcclCommDestroy(comm), NULL);
+  }
+}
+
 #ifdef __GLIBC__
 /* MALLOC_BLOCKS mallocs of `bytes` into blocks[], and how many of them glibc
  * served by a mapping of its own (mallinfo2 counts those). */
@@ -332,6 +369,7 @@ int main(int argc, char** argv) {
     named();
     in_band_limit();
     named_in_band_limit();
+    watched();
   }
   return mc_finish("test_link_mpi");
 }
