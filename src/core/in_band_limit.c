@@ -201,8 +201,8 @@ static gcclResult_t time_sizes(gcclComm_t c, float* buf, const size_t bytes[], i
 /* GCCL_MPI_IN_BAND_BYTES on rank 0, alike on every rank: the limit (1 to
  * IN_BAND_MAX_BYTES), or 0 where unset or out of range (timed). A user who knows
  * the link, or whose machine times it unreliably (3 to 5 ranks on 2 cores, as
- * the test bed: one creation in 60 to 200 kept 16 KiB in band at 3 ranks), names
- * it, as NCCL_PROTO names a protocol. */
+ * the test bed: 1-5% of 3-rank creations kept 16 KiB in band), names it, as
+ * NCCL_PROTO names a protocol. */
 static gcclResult_t named_limit(gcclComm_t c, size_t* limit) {
   int64_t mine = env_int("GCCL_MPI_IN_BAND_BYTES", 0), all[c->nranks];
   if (mine > (int64_t)IN_BAND_MAX_BYTES) {

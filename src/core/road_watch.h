@@ -42,16 +42,17 @@ int road_watch_sees(const struct road_watch* w, size_t bytes, enum coll_algo tun
  * one not taken in the second half of a look. Alike on every rank. */
 enum coll_algo road_watch_road(const struct road_watch* w, size_t bytes, enum coll_algo tuned);
 
-/* After an agreed call of `bytes` that took `seconds` on this rank: counts it,
- * and where it ends a look, keeps the look's medians; after WATCH_LOOKS looks,
- * settles: one allgather of every rank's medians of both roads, each road's
- * slowest rank counting, and the class swaps roads where the one not taken is
- * faster by 5%. Errors: the transport's. */
+/* After an agreed call of `bytes` that took `seconds` on this rank (at least its
+ * road's floor: in_band_limit_floor): counts it, and where it ends a look's run,
+ * keeps the run's median; after WATCH_LOOKS looks, settles: one allgather of
+ * every rank's mean of its medians of each road, each road's slowest rank
+ * counting, and the class swaps roads where the one not taken is faster by 5%.
+ * Errors: the transport's. */
 gcclResult_t road_watch_after(struct road_watch* w, struct transport* tp, size_t bytes, enum coll_algo tuned,
                               double seconds);
 
 /* The settlement's rule: whether a class swaps roads, given the slowest rank's
- * medians of the road it takes and of the other. */
+ * times of the road it takes and of the other. */
 int road_watch_swaps(double taken, double other);
 
 #endif
