@@ -17,8 +17,7 @@
 
 /* The algorithm for a call: the tuner's, with a compressor's codec in mind, or
  * GCCL_ALGO when the collective has it. The same on every rank. */
-static enum coll_algo choose_algo(gcclComm_t comm, const struct coll_args* a) {
-  size_t bytes = a->count * dtype_size(a->dt);
+static enum coll_algo choose_algo(gcclComm_t comm, const struct coll_args* a, size_t bytes) {
   if (!a->comp)
     return tuner_choose(a->kind, bytes, comm->nranks, comm->ctx.local_size, tuner_caps(comm->tp), &comm->ctx.net,
                         comm->forced_algo);
@@ -61,8 +60,9 @@ static gcclResult_t run_agreed(gcclComm_t comm, const struct coll_args* a, enum 
 }
 
 gcclResult_t execute_collective(gcclComm_t comm, const struct coll_args* call) {
+  size_t bytes = call->count * dtype_size(call->dt);
   if (call->device) { /* staged through pinned host memory: device_execute calls back with host buffers */
-    enum coll_algo algo = choose_algo(comm, call);
+    enum coll_algo algo = choose_algo(comm, call, bytes);
     return comm_fail(comm, device_execute(&comm->device_stage, &comm->ctx, call, algo, comm, execute_collective));
   }
   log_set_rank(comm->rank);
@@ -79,8 +79,7 @@ gcclResult_t execute_collective(gcclComm_t comm, const struct coll_args* call) {
     dense.comp = NULL;
     a = &dense;
   }
-  enum coll_algo tuned = choose_algo(comm, a);
-  size_t bytes = a->count * dtype_size(a->dt);
+  enum coll_algo tuned = choose_algo(comm, a, bytes);
   int watched = road_watch_sees(&comm->watch, bytes, tuned);
   enum coll_algo algo = watched ? road_watch_road(&comm->watch, bytes, tuned) : tuned;
   int64_t start = watched ? clock_now_ns() : 0;

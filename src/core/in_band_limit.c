@@ -64,7 +64,8 @@ _Static_assert(LIMIT_TRIALS == 3, "the median is median3's");
 _Static_assert(IN_BAND_MAX_BYTES >> LIMIT_SIZES == LIMIT_LEAST_BYTES,
                "every size from the largest down to the least's double");
 
-enum road { ROAD_IN_BAND, ROAD_SPLIT };
+/* The two roads, in the order their times travel and are kept. */
+static const enum coll_algo ROADS[2] = {ALGO_IN_BAND, ALGO_SPLIT};
 
 /* Calls of one road back to back, as a program makes them: in band (agreement
  * and data in one exchange), or split (its first round beside the agreement). A
@@ -72,11 +73,11 @@ enum road { ROAD_IN_BAND, ROAD_SPLIT };
  * of calls each time is the block's period on every rank; the first call only
  * absorbs what the previous road left (ranks that finished it at different
  * times). The median of the others counts (seconds). */
-static gcclResult_t time_calls(struct coll_ctx* ctx, const struct coll_args* a, enum road road, double* out) {
+static gcclResult_t time_calls(struct coll_ctx* ctx, const struct coll_args* a, enum coll_algo road, double* out) {
   double t[LIMIT_TRIALS];
   for (int k = -1; k < LIMIT_TRIALS; k++) {
     int64_t t0 = clock_now_ns();
-    if (road == ROAD_IN_BAND) {
+    if (road == ALGO_IN_BAND) {
       GCCL_CHECK(coll_agree_allreduce(ctx, a, 0));
     } else {
       GCCL_CHECK(coll_agree(ctx, a, ALGO_SPLIT, 0));
@@ -100,27 +101,22 @@ double in_band_limit_floor(gcclComm_t c, enum coll_algo road, size_t bytes) {
   return sent * c->link.beta;
 }
 
-static double floor_of(gcclComm_t c, enum road road, size_t bytes) {
-  return in_band_limit_floor(c, road == ROAD_IN_BAND ? ALGO_IN_BAND : ALGO_SPLIT, bytes);
-}
-
 /* Both roads at `bytes` on every rank, and the slowest rank's times of each (at
- * least its floor), alike on every rank. */
+ * least its floor; in the order of ROADS), alike on every rank. */
 static gcclResult_t time_size(gcclComm_t c, float* buf, size_t bytes, double slowest[2]) {
   struct coll_args a = call_of(buf, bytes);
   double mine[2], all[c->nranks][2];
-  GCCL_CHECK(time_calls(&c->ctx, &a, ROAD_IN_BAND, &mine[ROAD_IN_BAND]));
-  GCCL_CHECK(time_calls(&c->ctx, &a, ROAD_SPLIT, &mine[ROAD_SPLIT]));
+  for (int k = 0; k < 2; k++) GCCL_CHECK(time_calls(&c->ctx, &a, ROADS[k], &mine[k]));
   GCCL_CHECK(tp_allgather_small(c->tp, mine, sizeof mine, all));
   double timed[2] = {0, 0}, floors[2];
   for (int k = 0; k < 2; k++) {
     for (int r = 0; r < c->nranks; r++)
       if (all[r][k] > timed[k]) timed[k] = all[r][k];
-    floors[k] = floor_of(c, (enum road)k, bytes);
+    floors[k] = in_band_limit_floor(c, ROADS[k], bytes);
     slowest[k] = timed[k] > floors[k] ? timed[k] : floors[k];
   }
   GCCL_TRACE(LOG_INIT, "in-band limit at %zu bytes: in band %.0f us (floor %.0f), split %.0f us (floor %.0f)", bytes,
-             timed[ROAD_IN_BAND] * 1e6, floors[ROAD_IN_BAND] * 1e6, timed[ROAD_SPLIT] * 1e6, floors[ROAD_SPLIT] * 1e6);
+             timed[0] * 1e6, floors[0] * 1e6, timed[1] * 1e6, floors[1] * 1e6);
   return gcclSuccess;
 }
 
@@ -136,8 +132,8 @@ static gcclResult_t time_size(gcclComm_t c, float* buf, size_t bytes, double slo
 static gcclResult_t drain(gcclComm_t c, float* buf) {
   struct coll_args a = call_of(buf, IN_BAND_MAX_BYTES);
   double dropped;
-  GCCL_CHECK(time_calls(&c->ctx, &a, ROAD_SPLIT, &dropped));
-  return time_calls(&c->ctx, &a, ROAD_IN_BAND, &dropped);
+  GCCL_CHECK(time_calls(&c->ctx, &a, ALGO_SPLIT, &dropped));
+  return time_calls(&c->ctx, &a, ALGO_IN_BAND, &dropped);
 }
 
 /* Split wins a size when it is faster than in band by the margin. */
@@ -192,8 +188,8 @@ static gcclResult_t time_sizes(gcclComm_t c, float* buf, const size_t bytes[], i
   for (int i = 0; i < LIMIT_SIZES; i++) {
     double t[2];
     GCCL_CHECK(time_size(c, buf, bytes[i], t));
-    in_band[i] = pass == 0 ? t[ROAD_IN_BAND] : combine(in_band[i], t[ROAD_IN_BAND]);
-    split[i] = pass == 0 ? t[ROAD_SPLIT] : combine(split[i], t[ROAD_SPLIT]);
+    in_band[i] = pass == 0 ? t[0] : combine(in_band[i], t[0]);
+    split[i] = pass == 0 ? t[1] : combine(split[i], t[1]);
   }
   return gcclSuccess;
 }

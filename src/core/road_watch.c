@@ -65,13 +65,18 @@ int road_watch_swaps(double taken, double other) {
   return other < WATCH_MARGIN * taken;
 }
 
+/* The class of a call the watch sees, or -1. */
+static int watched_class(const struct road_watch* w, size_t bytes, enum coll_algo tuned) {
+  return w->on && is_road(tuned) ? class_of(bytes) : -1;
+}
+
 int road_watch_sees(const struct road_watch* w, size_t bytes, enum coll_algo tuned) {
-  return w->on && class_of(bytes) >= 0 && is_road(tuned);
+  return watched_class(w, bytes, tuned) >= 0;
 }
 
 enum coll_algo road_watch_road(const struct road_watch* w, size_t bytes, enum coll_algo tuned) {
-  int k = class_of(bytes);
-  if (!road_watch_sees(w, bytes, tuned)) return tuned;
+  int k = watched_class(w, bytes, tuned);
+  if (k < 0) return tuned;
   const struct watch_class* c = &w->cls[k];
   enum coll_algo taken = c->swapped ? other_road(tuned) : tuned;
   int looking_away = c->calls >= c->next + WATCH_RUN && c->calls < c->next + 2 * WATCH_RUN;
@@ -107,8 +112,8 @@ static gcclResult_t settle(struct watch_class* c, struct transport* tp, int k, e
 
 gcclResult_t road_watch_after(struct road_watch* w, struct transport* tp, size_t bytes, enum coll_algo tuned,
                               double seconds) {
-  int k = class_of(bytes);
-  if (!road_watch_sees(w, bytes, tuned)) return gcclSuccess;
+  int k = watched_class(w, bytes, tuned);
+  if (k < 0) return gcclSuccess;
   struct watch_class* c = &w->cls[k];
   uint64_t at = c->calls++;
   if (at <= c->next || at >= c->next + 2 * WATCH_RUN) return gcclSuccess; /* outside a look, or a run's first */
