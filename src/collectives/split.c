@@ -10,20 +10,25 @@
  *     round 2:  r0 -S0-> r1,r2   r1 -S1-> r0,r2   r2 -S2-> r0,r1
  *
  * Each rank sends and receives 2 (p-1)/p n bytes, as in the ring, in two
- * latencies where the ring takes 2 (p-1). Why it exists: across nodes with p not
- * a power of two, the in-band exchange folds the extra ranks' whole vectors in
- * (in_band.c), and past the size the communicator timed at creation
- * (core/in_band_limit.c) a dense allreduce of up to IN_BAND_MAX_BYTES took the
- * agreement alone and then the ring: on the 1 Gbit/s test bed at 3 ranks, the
- * agreement's three latencies made 16 KiB 1.3x Open MPI's allreduce where the
- * ring without them took 1.01-1.05x (BENCHMARKS.md). Here round 1 leaves while
- * the agreement runs (split_send_early, called by agree.c): a rank's chunk for a
- * peer goes right after its own tagged message to that peer, or at once to a
- * peer it exchanges none with, so that no receive of a tagged message, which
- * takes any tag, meets it (transport/mpi_lanes.c). Nothing is received or
- * written before the verdict; after a mismatch every rank knows every rank's call
- * and takes in what was sent to it (split_drop), so the next call finds no
- * message of this one.
+ * rounds where the ring takes 2 (p-1) steps. Over tagged messages (MPI across
+ * nodes) round 1 waits on the agreement's exchange (below): at p = 3 the fold's
+ * host sends its extra rank's chunk only after the verdict, so a call takes four
+ * steps, as the ring does, and on the test bed ties it only where the link, not
+ * latency, decides (docs/notes/2026-12-07-i-split-at-three-ranks-latency.md).
+ *
+ * Why it exists: across nodes with p not a power of two, the in-band exchange
+ * folds the extra ranks' whole vectors in (in_band.c), and past the size the
+ * communicator timed at creation (core/in_band_limit.c) a dense allreduce of up to
+ * IN_BAND_MAX_BYTES took the agreement alone and then the ring: on the 1 Gbit/s
+ * test bed at 3 ranks, the agreement's three latencies made 16 KiB 1.3x Open MPI's
+ * allreduce where the ring without them took 1.01-1.05x (BENCHMARKS.md). Here
+ * round 1 leaves while the agreement runs (split_send_early, called by agree.c): a
+ * rank's chunk for a peer goes right after its own tagged message to that peer, or
+ * at once to a peer it exchanges none with, so that no receive of a tagged
+ * message, which takes any tag, meets it (transport/mpi_lanes.c). Nothing is
+ * received or written before the verdict; after a mismatch every rank knows every
+ * rank's call and takes in what was sent to it (split_drop), so the next call
+ * finds no message of this one.
  *
  * Every element is reduced by its owner alone, in one fixed order, and then only
  * copied: every rank ends with the same bits. Chunks are cut into segments so
