@@ -70,6 +70,11 @@ static int watched_class(const struct road_watch* w, size_t bytes, enum coll_alg
   return w->on && is_road(tuned) ? class_of(bytes) : -1;
 }
 
+/* The road a class's calls take: the tuned one, or the other once a settlement swapped them. */
+static enum coll_algo taken_road(const struct watch_class* c, enum coll_algo tuned) {
+  return c->swapped ? other_road(tuned) : tuned;
+}
+
 int road_watch_sees(const struct road_watch* w, size_t bytes, enum coll_algo tuned) {
   return watched_class(w, bytes, tuned) >= 0;
 }
@@ -78,7 +83,7 @@ enum coll_algo road_watch_road(const struct road_watch* w, size_t bytes, enum co
   int k = watched_class(w, bytes, tuned);
   if (k < 0) return tuned;
   const struct watch_class* c = &w->cls[k];
-  enum coll_algo taken = c->swapped ? other_road(tuned) : tuned;
+  enum coll_algo taken = taken_road(c, tuned);
   int looking_away = c->calls >= c->next + WATCH_RUN && c->calls < c->next + 2 * WATCH_RUN;
   return looking_away ? other_road(taken) : taken;
 }
@@ -128,7 +133,7 @@ gcclResult_t road_watch_after(struct road_watch* w, struct transport* tp, size_t
   c->other[c->looks++] = median3(c->run[0], c->run[1], c->run[2]);
   if (c->looks == WATCH_LOOKS) {
     c->looks = 0;
-    GCCL_CHECK(settle(c, tp, k, c->swapped ? other_road(tuned) : tuned));
+    GCCL_CHECK(settle(c, tp, k, taken_road(c, tuned)));
   }
   c->next = at + 1 + c->every;
   return gcclSuccess;
