@@ -103,7 +103,7 @@ static inline struct coll_args coll_call(enum coll_kind kind, const void* sendbu
  * field keeps the tuner's default, which was tuned on shared memory. */
 struct tuner_net {
   size_t rhd_max_bytes;     /* rhd up to here, the ring above */
-  size_t halving_min_bytes; /* the in-band allreduce halves above here, from 4 ranks on; doubles at 2 */
+  size_t halving_min_bytes; /* the in-band allreduce halves above here (at q = 2, past the eager limit only) */
   size_t in_band_max_bytes; /* p not a power of two: in band up to here, split above (core/in_band_limit.c) */
 };
 

@@ -150,13 +150,14 @@ static struct ib_slice blocks(const struct ib_exchange* x, int q, int lo, int hi
 
 /* Doubling sends log q messages of all the data, halving 2 log q of halves,
  * quarters...: twice the latencies for (q-1)/q * 2 / log q of the volume. Across
- * the nodes of a network, the crossover comes from the link measured at creation
- * (tuner_net_from_link). Otherwise (shared memory): with 2 ranks halving only adds
- * latencies, unless its halves fit a copy the whole would not (IB_EAGER_BYTES);
- * from 4 ranks on it pays above IB_DOUBLING_MAX_BYTES. */
+ * the nodes of a network, the crossover comes from the link measured at creation,
+ * and keeps every message within the eager limit of Open MPI's TCP, with 2 ranks
+ * too (tuner_net_from_link). Otherwise (shared memory): with 2 ranks halving only
+ * adds latencies, unless its halves fit a copy the whole would not
+ * (IB_EAGER_BYTES); from 4 ranks on it pays above IB_DOUBLING_MAX_BYTES. */
 static int halving(const struct coll_ctx* ctx, size_t bytes, int q) {
   if (q < 2) return 0;
-  if (ctx->net.halving_min_bytes) return q >= 4 && bytes > ctx->net.halving_min_bytes;
+  if (ctx->net.halving_min_bytes) return bytes > ctx->net.halving_min_bytes;
   if (bytes > IB_EAGER_BYTES && bytes / 2 <= IB_EAGER_BYTES) return 1;
   return q >= 4 && bytes > IB_DOUBLING_MAX_BYTES;
 }

@@ -31,18 +31,28 @@ unsigned tuner_caps(const struct transport* tp) {
 #define TUNER_NET_RHD_MIN_BYTES (512u << 10)
 #define TUNER_NET_HALVING_MIN_BYTES ((size_t)1 << 10)
 
+/* Over Open MPI's TCP a message longer than its eager limit (64 KiB, its header
+ * included) waits for a handshake, whose answer queues behind the peer's own long
+ * message (link_probe.c's pieces). At 2 ranks on the 10 Gbit/s test bed a 64 KiB
+ * allreduce in band, one whole message each way, took 121 us, 1.36x Open MPI's
+ * allreduce, where 62.7 KiB took 70 us. So in band halves above this, a KiB below
+ * the limit for the headers, whatever the rank count: halves of at most 32 KiB go
+ * at once, for one step more. */
+#define TUNER_NET_EAGER_BYTES ((size_t)63 << 10)
+
 /* In band, doubling sends log q messages of n, halving-doubling 2 log q of
  * n/2, n/4, ... (2 (q-1)/q n in all), with the same partners: halving wins once
  *   log q alpha  <  n beta (log q - 2 (q-1)/q).
  * No duplex factor here: a pair's short exchange both ways fits the TCP window
  * and the token bucket's burst, where the long one measured for it does not.
  * (1 Gbit/s test bed, 4 ranks: halving at 4 KiB took 1.7x MPI_Allreduce, doubling
- * at 16 KiB 1.35x; this gives 6-11 KiB there. BENCHMARKS.md.) */
+ * at 16 KiB 1.35x; this gives 6-11 KiB there. BENCHMARKS.md.) With 2 ranks halving
+ * only adds a step, but for the eager limit above. */
 static size_t halving_min_bytes(const struct link_figures* link, int q) {
-  if (q < 4) return IN_BAND_MAX_BYTES; /* with 2 ranks halving only adds a step */
+  if (q < 4) return TUNER_NET_EAGER_BYTES;
   double lq = cost_log2_ceil(q), gain = lq - 2.0 * (q - 1) / q, n = lq * link->alpha / (link->beta * gain);
   return n < TUNER_NET_HALVING_MIN_BYTES ? TUNER_NET_HALVING_MIN_BYTES
-         : n > IN_BAND_MAX_BYTES         ? IN_BAND_MAX_BYTES
+         : n > TUNER_NET_EAGER_BYTES     ? TUNER_NET_EAGER_BYTES
                                          : (size_t)n;
 }
 

@@ -72,7 +72,8 @@ TEST(Tuner, InBandUpToTheTimedLimitThenSplit) {
 // The crossovers from a measured link: the test bed's (1 Gbit/s, 20 us, a pair's
 // exchange both ways 1.4x one way) moves rhd's limit down to its floor, 512 KiB,
 // and in-band halving up to ~10 KB at 4 ranks; a full-duplex link keeps rhd's
-// default; 2 ranks never halve; no figures, no crossovers.
+// default; 2 ranks halve only above 63 KiB, where a whole message would wait for
+// Open MPI's handshake; no figures, no crossovers.
 TEST(Tuner, NetworkCrossoversFollowTheMeasuredLink) {
   link_figures bed = {20e-6, 8e-9, 1.4, 1, 0};
   tuner_net net;
@@ -91,7 +92,10 @@ TEST(Tuner, NetworkCrossoversFollowTheMeasuredLink) {
   EXPECT_EQ(net.rhd_max_bytes, size_t{4} << 20);
   EXPECT_GT(net.halving_min_bytes, size_t{0});
   tuner_net_from_link(&net, &bed, 2);
-  EXPECT_EQ(net.halving_min_bytes, size_t{64} << 10);  // 2 ranks: doubling at every in-band size
+  EXPECT_EQ(net.halving_min_bytes, size_t{63} << 10);  // 2 ranks: doubling up to the eager limit
+  link_figures slow = {1e-3, 8e-9, 1.4, 1, 0};         // 4 ranks on a long latency: the eager limit caps it
+  tuner_net_from_link(&net, &slow, 4);
+  EXPECT_EQ(net.halving_min_bytes, size_t{63} << 10);
   // p not a power of two: rhd's fold and unfold cost 2 n beta more. At 3 ranks it never
   // wins; at 7 on a fast link it keeps sizes up to
   // (2 (p-1) - 2 log q - 2) alpha / (beta (2 (q-1)/q duplex + 2 - 2 (p-1)/p)).
