@@ -28,7 +28,9 @@
  * them whole (over shared memory, pieces both ways took 5x one way). Not "only
  * where faster": whole messages take turns in some exchanges, not all (one timing
  * on the test bed showed 1.18x, the next 1.58x), pieces in none. The timing runs
- * where PIECES_FIT times whole messages' both ways still fits the budget.
+ * where PIECES_FIT times whole messages' both ways still fits the budget, and
+ * only on a link slow enough for a piece to outlast several latencies
+ * (link_pieces_keep_rate).
  * GCCL_MPI_PIECES on rank 0: 0 never, 1 always.
  *
  * Every rank must decide alike, so only rank 0's figures count: they travel to
@@ -62,6 +64,7 @@
 #define PIECES_SLOWER 1.1              /* pieces both ways at most this times whole messages'... */
 #define PIECES_DUPLEX_MAX 1.3          /* ...and at most this times one way in whole messages */
 #define PIECES_FIT 1.5                 /* timed where this times whole messages' both ways fits the budget */
+#define PIECE_LATENCIES 4              /* pieces only where one takes this many latencies (link_pieces_keep_rate) */
 _Static_assert(sizeof(struct link_figures) <= TP_SMALL_MAX, "rank 0's figures travel by allgather_small");
 
 static gcclResult_t recv_upto(struct transport* tp, int peer, void* buf, size_t cap, size_t* got) {
@@ -123,6 +126,10 @@ static int compare_ns(const void* a, const void* b) {
   return x < y ? -1 : x > y;
 }
 
+int link_pieces_keep_rate(double alpha, double beta) {
+  return (double)PIECE_BYTES * beta >= PIECE_LATENCIES * alpha;
+}
+
 /* After whole messages took `both` both ways: times the same in pieces, and
  * keeps them (out->piece_bytes, out->duplex) where they ran near full duplex and
  * no slower than whole messages, or where `forced`. */
@@ -172,7 +179,8 @@ static gcclResult_t initiate(struct transport* tp, int peer, unsigned char* buf,
   out->measured = 1;
   int64_t pieces = env_int("GCCL_MPI_PIECES", -1); /* 0 never, 1 always, else measured */
   int fits = (double)(clock_now_ns() - start) + PIECES_FIT * (double)both <= (double)PROBE_BUDGET_NS;
-  if (tp_can_split_far(tp) && (pieces == 1 || (pieces != 0 && fits)))
+  int worth = link_pieces_keep_rate(alpha, out->beta);
+  if (tp_can_split_far(tp) && (pieces == 1 || (pieces != 0 && fits && worth)))
     GCCL_CHECK(try_pieces(tp, peer, buf, bytes, node_size, both, pieces == 1, out));
   return tp_send(tp, peer, buf, PROBE_DONE);
 }

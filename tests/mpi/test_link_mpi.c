@@ -359,12 +359,23 @@ static void stalled(void) {
   MC_CHECK(trip_that_ends(stall_256k, 5, 55) == 4, "a stall at 256 KiB did not go on to 1 MiB");
 }
 
+/* Pieces are tried on the test bed at 1 Gbit/s (20 us) and, as at 3 Gbit/s with
+ * 20 us, where a piece takes 4.4 latencies; not at 10 Gbit/s and 10.5 us (2.5),
+ * nor on a 1 Gbit/s path of 70 us (3.7). */
+static void pieces_worth_trying(void) {
+  MC_CHECK(link_pieces_keep_rate(20e-6, 8e-9 / 0.963), "pieces not tried at 1 Gbit/s, 20 us");
+  MC_CHECK(link_pieces_keep_rate(20e-6, 8e-9 / 3), "pieces not tried at 3 Gbit/s, 20 us");
+  MC_CHECK(!link_pieces_keep_rate(10.5e-6, 8e-9 / 10), "pieces tried at 10 Gbit/s, 10.5 us");
+  MC_CHECK(!link_pieces_keep_rate(70e-6, 8e-9), "pieces tried at 1 Gbit/s, 70 us");
+}
+
 int main(int argc, char** argv) {
   mc_init(&argc, &argv);
 #ifdef __GLIBC__
   malloc_left_alone(); /* first: before any other communicator is made and freed */
 #endif
   stalled();
+  pieces_worth_trying();
   one_node();
   if (mc_nranks > 1) {
     measured();
